@@ -1,0 +1,1 @@
+"""The processing brain: one message at a time, layered context, tools, routed output."""

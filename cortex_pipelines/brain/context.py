@@ -1,0 +1,169 @@
+"""The four context layers of seed 000, assembled within a token budget.
+
+1 system floor (always): persona, workspace files, delegated ops, unreported failures, pins
+2 foreground: the trigger channel's recent turns (soft cap N messages / T tokens)
+3 background: one line per other active channel
+4 archived: nothing
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.llm.base import estimate_tokens
+from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage.bus import BusMessage, unshown_failures
+from cortex_pipelines.storage.session import Turn, channel_history, channel_states, pins
+
+WORKSPACE_FILES = ("SOUL.md", "IDENTITY.md", "USER.md", "MEMORY.md")
+SILENCE = "[silence]"
+
+PREAMBLE = """You are Cortex, the user's personal agent. All channels share one session: messages \
+arrive tagged [channel · sender · time]. Answer the current message only.
+Tools: memory_query searches what the user said before; fetch_chat_history reads older turns of a \
+channel; sessions_spawn delegates long work (its result arrives later on the router channel).
+Output rules: reply with plain text for the current channel. Write NO_REPLY to stay silent \
+(HEARTBEAT_OK for heartbeats). Start with [[send_to:CHANNEL]] to deliver to another channel. \
+Never state facts you were not told or did not retrieve."""
+
+
+@dataclass
+class Context:
+    system: str
+    messages: list[dict]
+    shown_op_ids: list[str] = field(default_factory=list)
+    shown_failure_ids: list[int] = field(default_factory=list)
+    layer_tokens: dict[str, int] = field(default_factory=dict)
+
+
+def _header(turn: Turn) -> str:
+    return f"[{turn.channel} · {turn.sender or 'unknown'} · {turn.ts:%Y-%m-%d %H:%M}]"
+
+
+def _read_workspace(settings: Settings, budget_chars: int) -> list[str]:
+    parts = []
+    for name in WORKSPACE_FILES:
+        path = settings.paths.workspace / name
+        if path.is_file():
+            body = path.read_text(encoding="utf-8", errors="replace").strip()
+            if len(body) > budget_chars:
+                body = body[:budget_chars] + "\n[…truncated]"
+            if body:
+                parts.append(f"## {name}\n{body}")
+    return parts
+
+
+def _ops_section(ops: list[dict]) -> str:
+    lines = []
+    for op in ops:
+        if op["status"] == "pending":
+            lines.append(f"[PENDING] {op['id']}: {op['description'][:200]}")
+        elif op["status"] == "completed":
+            lines.append(f"[NEW RESULT] {op['id']}: {op['description'][:120]} → {op['result'][:800]}")
+        else:
+            lines.append(
+                f"[FAILED] {op['id']}: {op['description'][:120]} — {op['result']}. "
+                "Inform the user that this task failed."
+            )
+    return "## Active operations\n" + "\n".join(lines)
+
+
+def assemble(db: Database, settings: Settings, msg: BusMessage, inbound_session_id: int) -> Context:
+    budget = settings.context_total_tokens
+    floor: list[str] = [PREAMBLE]
+    floor += _read_workspace(settings, budget_chars=budget)  # clipped again below
+
+    def read_floor_state(con):
+        return ops_store.visible(con), unshown_failures(con)
+
+    ops, failures = db.run(read_floor_state)
+    if ops:
+        floor.append(_ops_section(ops))
+    if failures:
+        floor.append(
+            "## Messages that could not be answered\n"
+            + "\n".join(
+                f"[FAILED MESSAGE] #{f['id']} on {f['channel']}: “{f['text'][:120]}” — {f['error']}. "
+                "Tell the user this message was not handled."
+                for f in failures
+            )
+        )
+    pinned = pins(db)
+    if pinned:
+        floor.append(
+            "## Pinned (working memory)\n"
+            + "\n".join(f"- {p['label'] + ': ' if p['label'] else ''}{p['text']}" for p in pinned)
+        )
+    system = "\n\n".join(floor)
+    floor_tokens = estimate_tokens(system)
+    if floor_tokens > budget // 2:  # the floor may never starve the conversation
+        system = system[: (budget // 2) * 4] + "\n[…system floor truncated]"
+        floor_tokens = estimate_tokens(system)
+
+    # Layer 3: background — one line per other channel active within the idle cutoff.
+    cutoff = utcnow() - timedelta(hours=settings.background_idle_hours)
+    background = []
+    for state in channel_states(db):
+        if state["channel"] == msg.channel or state["layer"] == "archived":
+            continue
+        if state["last_message_at"] is None or state["last_message_at"] < cutoff:
+            continue
+        summary = state["summary"]
+        if not summary:
+            last = channel_history(db, state["channel"], 1)
+            summary = f"last said: {last[0].content[:100]}" if last else "no messages"
+        background.append(f"[{state['channel']}] {summary} (last: {state['last_message_at']:%Y-%m-%d %H:%M})")
+    background_text = ""
+    if background:
+        background_text = "## Other channels\n" + "\n".join(background)
+        room = max(0, budget - floor_tokens - settings.foreground_max_tokens) * 4
+        background_text = background_text[:room]
+    if background_text:
+        system = f"{system}\n\n{background_text}"
+
+    # Layer 2: foreground — newest turns of the trigger channel up to and including the trigger.
+    remaining = budget - estimate_tokens(system)
+    fg_budget = max(200, min(settings.foreground_max_tokens, remaining))
+    turns = [
+        t
+        for t in channel_history(
+            db, msg.channel, settings.foreground_max_messages, before_id=inbound_session_id + 1
+        )
+        if t.content != SILENCE
+    ]
+    chosen: list[Turn] = []
+    used = 0
+    for turn in reversed(turns):
+        cost = estimate_tokens(turn.content) + 8
+        if chosen and used + cost > fg_budget:
+            break
+        chosen.append(turn)
+        used += cost
+    chosen.reverse()
+    messages = _to_messages(chosen)
+    return Context(
+        system=system,
+        messages=messages,
+        shown_op_ids=[op["id"] for op in ops],
+        shown_failure_ids=[f["id"] for f in failures],
+        layer_tokens={"floor": floor_tokens, "background": estimate_tokens(background_text),
+                      "foreground": used},
+    )
+
+
+def _to_messages(turns: list[Turn]) -> list[dict]:
+    """User/assistant alternation starting with the user; consecutive same-role turns merge."""
+    messages: list[dict] = []
+    for turn in turns:
+        role = "assistant" if turn.role == "assistant" else "user"
+        text = turn.content if role == "assistant" else f"{_header(turn)} {turn.content}"
+        if not messages and role == "assistant":
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"] += "\n\n" + text
+        else:
+            messages.append({"role": role, "content": text})
+    return messages

@@ -1,0 +1,201 @@
+"""The nine steps of seed 000, strictly serial, draining the bus in priority order.
+
+A message's reply, outbox rows, op acknowledgements and completion commit in one DuckDB
+transaction, so a crash at any point before that commit leaves the message in 'processing';
+the next drainer (after taking the lease) puts it back in the queue and answers it exactly once.
+No connection is held while the LLM thinks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cortex_pipelines.brain.context import SILENCE, Context, assemble
+from cortex_pipelines.brain.output import Output, parse
+from cortex_pipelines.brain.tools import TOOLS, ToolRunner
+from cortex_pipelines.config import Settings
+from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
+from cortex_pipelines.storage import Database, bus, lease, outbox, usage, utcnow
+from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage.bus import BusMessage
+from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class DrainReport:
+    processed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    skipped: int = 0
+    recovered: int = 0
+    orphaned_ops: int = 0
+    llm_calls: int = 0
+    replies: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Routed:
+    delivered: list[str] = field(default_factory=list)
+    shadow: list[str] = field(default_factory=list)
+    suppressed: list[str] = field(default_factory=list)
+
+
+def route(output: Output, settings: Settings) -> Routed:
+    """live → outbox, shadow → recorded only, off or unknown → never sent."""
+    routed = Routed()
+    for target in output.targets:
+        mode = settings.mode_for(target) if target in settings.known_channels() else "off"
+        {"live": routed.delivered, "shadow": routed.shadow, "off": routed.suppressed}[mode].append(
+            target
+        )
+    return routed
+
+
+class Brain:
+    def __init__(self, db: Database, settings: Settings, llm: LLMClient, log: Log = lambda _: None):
+        self.db, self.settings, self.llm, self.log = db, settings, llm, log
+
+    def drain(self, max_messages: int | None = None) -> DrainReport:
+        """Process every due message. Raises lease.BrainBusy if another process is draining."""
+        report = DrainReport()
+        lease.acquire(self.db, holder="drain", timeout_s=self.settings.lease_timeout_s)
+        try:
+            self._startup_cleanup(report)
+            while max_messages is None or report.processed < max_messages:
+                msg = bus.claim_next(self.db)
+                if msg is None:
+                    break
+                report.processed += 1
+                self._process(msg, report)
+                lease.heartbeat(self.db)
+        finally:
+            lease.release(self.db)
+            outbox.export_files(self.db, self.settings.paths)
+        return report
+
+    def _startup_cleanup(self, report: DrainReport) -> None:
+        def cleanup(con):
+            recovered = bus.recover_interrupted(con)
+            return recovered, ops_store.fail_orphans(con, recovered) + ops_store.fail_overdue(con)
+
+        recovered, orphaned = self.db.run(cleanup)
+        report.recovered, report.orphaned_ops = len(recovered), orphaned
+        if recovered:
+            self.log(f"recovered {len(recovered)} interrupted message(s): {recovered}")
+        if orphaned:
+            self.log(f"failed {orphaned} orphaned or overdue operation(s)")
+
+    def _process(self, msg: BusMessage, report: DrainReport) -> None:
+        mode = self.settings.mode_for(msg.channel)
+        if mode == "off":
+            bus.mark_skipped(self.db, msg.id, f"channel {msg.channel!r} is off")
+            report.skipped += 1
+            return
+        if not self.settings.sender_allowed(msg.channel, msg.sender):
+            bus.mark_skipped(self.db, msg.id, f"sender {msg.sender!r} is not allowed on {msg.channel}")
+            report.skipped += 1
+            return
+
+        def record_inbound(con):
+            session_id = append_inbound(con, msg)
+            op = None
+            if msg.channel == "router":
+                op = ops_store.complete_from_message(con, msg.text, msg.metadata)
+            return session_id, op
+
+        session_id, completed_op = self.db.run(record_inbound)
+        context = assemble(self.db, self.settings, msg, session_id)
+        hints = {"channel": msg.channel, "sender": msg.sender, "text": msg.text,
+                 "priority": msg.priority, "completed_op": completed_op}
+        try:
+            response = self._converse(msg, context, hints, report)
+        except LLMError as exc:
+            state = bus.fail_or_retry(
+                self.db, msg, str(exc), self.settings.max_attempts, self.settings.retry_backoff_s
+            )
+            if state == "failed":
+                report.failed += 1
+                self.log(f"message {msg.id} failed after {msg.attempts} attempt(s): {exc}")
+            else:
+                report.retried += 1
+                self.log(f"message {msg.id} will be retried: {exc}")
+            return
+        output = parse(response.text, msg.channel)
+        routed = route(output, self.settings)
+        self.db.run(self._commit, msg, context, output, routed)
+        report.completed += 1
+        for channel in routed.delivered:
+            report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
+
+    def _converse(self, msg: BusMessage, context: Context, hints: dict, report: DrainReport) -> LLMResponse:
+        messages = list(context.messages)
+        runner = ToolRunner(self.db, self.settings, msg)
+        rounds = self.settings.max_tool_rounds
+        for round_no in range(rounds + 1):
+            request = LLMRequest(
+                system=context.system,
+                messages=messages,
+                tools=TOOLS,
+                allow_tools=round_no < rounds,
+                max_tokens=self.settings.max_output_tokens,
+                hints=hints,
+            )
+            response = self._call(request, msg.id, report)
+            if response.tool_calls and request.allow_tools:
+                results = []
+                for call in response.tool_calls:
+                    content, is_error = runner.run(call)
+                    self.log(f"tool {call.name} → {'error: ' if is_error else ''}{content[:120]}")
+                    results.append({"type": "tool_result", "tool_use_id": call.id,
+                                    "content": content, "is_error": is_error})
+                messages = [*messages, {"role": "assistant", "content": response.content},
+                            {"role": "user", "content": results}]
+                continue
+            if not response.text:
+                if response.tool_calls:
+                    raise LLMError(f"the model kept calling tools after {rounds} rounds")
+                raise LLMError("the model returned an empty response")
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call(self, request: LLMRequest, bus_id: int, report: DrainReport) -> LLMResponse:
+        started = time.perf_counter()
+        try:
+            response = self.llm.complete(request)
+        except LLMError as exc:
+            usage.record(self.db, provider=self.llm.provider, model=self.llm.model, purpose="reply",
+                         input_tokens=0, output_tokens=0, bus_id=bus_id, ok=False, error=str(exc),
+                         latency_ms=(time.perf_counter() - started) * 1000)
+            report.llm_calls += 1
+            raise
+        usage.record(self.db, provider=self.llm.provider, model=response.model, purpose="reply",
+                     input_tokens=response.input_tokens, output_tokens=response.output_tokens,
+                     bus_id=bus_id, ok=True, latency_ms=(time.perf_counter() - started) * 1000)
+        report.llm_calls += 1
+        return response
+
+    def _commit(self, con, msg: BusMessage, context: Context, output: Output, routed: Routed) -> None:
+        """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint."""
+        channel = output.targets[0] if output.targets else msg.channel
+        meta = {"silence": output.silence, "delivered": routed.delivered, "shadow": routed.shadow,
+                "suppressed": routed.suppressed}
+        reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta)
+        for target in routed.delivered:
+            outbox.add(con, msg.id, target, output.text)
+        ops_store.acknowledge(con, context.shown_op_ids)
+        bus.mark_failures_shown(con, context.shown_failure_ids)
+        mark_channel_read(con, msg.channel)
+        bus.mark_completed(con, msg.id)
+        states = con.execute("SELECT channel, layer, unread_count FROM channel_states").fetchall()
+        open_ops = con.execute("SELECT count(*) FROM pending_ops WHERE status = 'pending'").fetchone()[0]
+        con.execute(
+            "INSERT INTO checkpoints (bus_id, created_at, last_session_id, channel_states, open_ops) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [msg.id, utcnow(), reply_id, json.dumps([list(s) for s in states]), open_ops],
+        )

@@ -1,0 +1,196 @@
+"""One settings model for the whole instance: CORTEX_* environment variables over an optional
+$CORTEX_HOME/config.toml, validated up front so a typo fails with one line naming the key."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ChannelMode = Literal["off", "shadow", "live"]
+CHANNEL_PATTERN = r"^[a-z0-9_-]{1,32}$"
+BUILTIN_CHANNELS = frozenset(
+    {"webchat", "telegram", "whatsapp", "signal", "discord", "slack", "email", "cron", "router"}
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is one line naming the key."""
+
+
+def cortex_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    return Path(explicit or os.environ.get("CORTEX_HOME") or ".cortex").expanduser().resolve()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CORTEX_", extra="forbid", validate_default=True, frozen=True
+    )
+
+    home: Path = Field(default_factory=cortex_home)
+
+    # Channels
+    default_mode: ChannelMode = "live"
+    channel_modes: dict[str, ChannelMode] = {}
+    channels: list[str] = Field(default=[], description="extra channel names beyond the builtins")
+    sender_allowlist: dict[str, list[str]] = {}
+
+    # Context budgets (seed 000)
+    context_total_tokens: int = Field(16000, ge=1000)
+    foreground_max_messages: int = Field(20, ge=1)
+    foreground_max_tokens: int = Field(4000, ge=100)
+    background_idle_hours: float = Field(24.0, gt=0)
+    known_facts_in_floor: int = Field(50, ge=0)
+
+    # LLM
+    llm_provider: Literal["offline", "anthropic"] = "offline"
+    model: str = "claude-sonnet-4-5"
+    extraction_model: str = "claude-haiku-4-5"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(60.0, gt=0)
+    llm_retries: int = Field(3, ge=0, le=10)
+    max_output_tokens: int = Field(1024, ge=16)
+    max_tool_rounds: int = Field(5, ge=0, le=20)
+
+    # Processing
+    max_attempts: int = Field(3, ge=1)
+    retry_backoff_s: float = Field(30.0, ge=0)
+    lease_timeout_s: float = Field(900.0, gt=0)
+    op_deadline_hours: float = Field(24.0, gt=0)
+
+    # Ingest limits
+    max_text_bytes: int = Field(64 * 1024, ge=1)
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = cortex_home() / "config.toml"
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+        )
+
+    @field_validator("channel_modes", "sender_allowlist")
+    @classmethod
+    def _channel_names(cls, value: dict) -> dict:
+        for name in value:
+            if not re.match(CHANNEL_PATTERN, name):
+                raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
+        return value
+
+    def mode_for(self, channel: str) -> ChannelMode:
+        return self.channel_modes.get(channel, self.default_mode)
+
+    def known_channels(self) -> frozenset[str]:
+        return BUILTIN_CHANNELS | set(self.channel_modes) | set(self.channels)
+
+    def sender_allowed(self, channel: str, sender: str | None) -> bool:
+        allowed = self.sender_allowlist.get(channel)
+        return allowed is None or (sender is not None and sender in allowed)
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get("ANTHROPIC_API_KEY")
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(self.home)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where everything of one instance lives, all under $CORTEX_HOME."""
+
+    home: Path
+
+    @property
+    def inbox(self) -> Path:
+        return self.home / "inbox"
+
+    @property
+    def rejected(self) -> Path:
+        return self.inbox / ".rejected"
+
+    @property
+    def ingested(self) -> Path:
+        return self.inbox / ".ingested"
+
+    @property
+    def outbox(self) -> Path:
+        return self.home / "outbox"
+
+    @property
+    def out(self) -> Path:
+        return self.home / "out"
+
+    @property
+    def db(self) -> Path:
+        return self.home / "cortex.duckdb"
+
+    @property
+    def lance(self) -> Path:
+        return self.home / "lance"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster_home"
+
+    @property
+    def workspace(self) -> Path:
+        return self.home / "workspace"
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    loc = first.get("loc") or ()
+    key = "CORTEX_" + str(loc[0]).upper() if loc else "CORTEX_*"
+    if first.get("type") == "extra_forbidden":
+        return f"unknown setting {str(loc[0])!r} (from config.toml or CORTEX_{str(loc[0]).upper()})"
+    detail = first.get("msg", "invalid value")
+    if len(loc) > 1:
+        detail = f"{'.'.join(str(p) for p in loc[1:])}: {detail}"
+    return f"{key}: {detail}"
+
+
+def load_settings(home: str | os.PathLike[str] | None = None, **overrides: object) -> Settings:
+    """Load and validate settings; raise ConfigError with a one-line reason on any bad value."""
+    if home is not None:
+        overrides["home"] = cortex_home(home)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        # pydantic-settings raises SettingsError (a ValueError) for unparsable JSON env values.
+        field = re.search(r'field "(\w+)"', str(exc))
+        key = f"CORTEX_{field.group(1).upper()}" if field else "config"
+        raise ConfigError(f"{key}: not valid JSON") from None
+    if settings.llm_provider == "anthropic" and not settings.resolved_api_key() and not (
+        settings.base_url
+    ):
+        raise ConfigError(
+            "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) "
+            "or CORTEX_BASE_URL"
+        )
+    return settings

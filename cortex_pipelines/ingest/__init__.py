@@ -1,0 +1,1 @@
+"""Getting messages in: envelope validation and the inbox folder protocol."""

@@ -1,0 +1,128 @@
+"""The inbound envelope: what a connector may hand us, checked strictly before it touches the bus."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+
+Priority = Literal["urgent", "normal", "background"]
+PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
+
+# C0/C1 controls other than tab, newline and carriage return; bidi embedding/override/isolate marks
+# that can make text render differently from what is stored.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
+_EARLIEST = datetime(1990, 1, 1, tzinfo=UTC)
+_FUTURE_SLACK = timedelta(days=1)
+
+
+class EnvelopeError(ValueError):
+    """The message is unusable; str() is the one-line reason written beside the rejected file."""
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    channel: str = Field(pattern=CHANNEL_PATTERN)
+    text: str = Field(min_length=1)
+    sender: str = Field(min_length=1, max_length=256)
+    external_id: str | None = Field(default=None, min_length=1, max_length=256)
+    timestamp: str | None = None
+    priority: Priority = "normal"
+    thread: str | None = Field(default=None, max_length=256)
+    topic: str | None = Field(default=None, max_length=256)
+    reply_to: str | None = Field(default=None, max_length=256)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("text", "sender", "external_id", "thread", "topic", "reply_to")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if _CONTROL.search(value):
+            raise ValueError("contains control characters")
+        if _BIDI.search(value):
+            raise ValueError("contains bidi override characters")
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is blank")
+        return value
+
+
+def _fmt_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "message"
+    if first.get("type") == "extra_forbidden":
+        return f"unknown field {field!r} (put extra data under 'metadata')"
+    if first.get("type") == "missing":
+        return f"missing field {field!r}"
+    return f"field {field!r}: {first.get('msg', 'invalid')}"
+
+
+def parse_timestamp(raw: str | None, now: datetime) -> datetime:
+    """ISO 8601 to naive UTC; naive inputs are taken as UTC. Far past/future is refused."""
+    if raw is None:
+        return now.astimezone(UTC).replace(tzinfo=None)
+    try:
+        ts = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise EnvelopeError(f"field 'timestamp': not ISO 8601: {raw[:40]!r}") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    if ts < _EARLIEST or ts > now + _FUTURE_SLACK:
+        raise EnvelopeError(f"field 'timestamp': {raw[:40]!r} is implausibly far in the past or future")
+    return ts.astimezone(UTC).replace(tzinfo=None)
+
+
+def content_id(env: Envelope) -> str:
+    """Stable id for messages that arrive without one, so a re-sent file is not a new message."""
+    basis = json.dumps(
+        [env.channel, env.sender, env.text, env.timestamp, env.thread or env.topic],
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(basis.encode()).hexdigest()[:32]
+
+
+def validate(raw: object, settings: Settings, now: datetime, folder_channel: str | None) -> dict:
+    """Check one decoded JSON value; return the bus row it becomes, or raise EnvelopeError."""
+    if not isinstance(raw, dict):
+        raise EnvelopeError(f"expected a JSON object, got {type(raw).__name__}")
+    try:
+        env = Envelope.model_validate(raw)
+    except ValidationError as exc:
+        raise EnvelopeError(_fmt_error(exc)) from None
+    if folder_channel is not None and env.channel != folder_channel:
+        raise EnvelopeError(f"channel {env.channel!r} does not match its folder {folder_channel!r}")
+    if env.channel not in settings.known_channels():
+        raise EnvelopeError(
+            f"unknown channel {env.channel!r} (add it to CORTEX_CHANNELS or CORTEX_CHANNEL_MODES)"
+        )
+    size = len(env.text.encode())
+    if size > settings.max_text_bytes:
+        raise EnvelopeError(f"text is {size} bytes, over the {settings.max_text_bytes}-byte limit")
+    if unicodedata.is_normalized("NFC", env.text) is False:
+        env = env.model_copy(update={"text": unicodedata.normalize("NFC", env.text)})
+    return {
+        "channel": env.channel,
+        "external_id": env.external_id or content_id(env),
+        "sender": env.sender,
+        "text": env.text,
+        "priority": env.priority,
+        "priority_rank": PRIORITY_RANK[env.priority],
+        "thread": env.thread or env.topic,
+        "reply_to": env.reply_to,
+        "metadata": json.dumps(env.metadata, ensure_ascii=False),
+        "sent_at": parse_timestamp(env.timestamp, now),
+    }

@@ -1,0 +1,73 @@
+"""The official Anthropic SDK. Its own retry loop handles 429 (honouring retry-after), 5xx and
+timeouts with backoff; whatever still fails becomes LLMError so the message is retried later."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+
+from cortex_pipelines.llm.base import LLMError, LLMRequest, LLMResponse, ToolCall
+
+
+class AnthropicClient:
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None,
+        base_url: str | None,
+        timeout_s: float,
+        max_retries: int,
+    ):
+        self.model = model
+        self._client = anthropic.Anthropic(
+            api_key=api_key or "not-needed-for-local-servers",
+            base_url=base_url,
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        kwargs: dict = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "system": request.system,
+            "messages": request.messages,
+        }
+        if request.tools:
+            kwargs["tools"] = [t.as_api() for t in request.tools]
+            if not request.allow_tools:
+                kwargs["tool_choice"] = {"type": "none"}
+        try:
+            message = self._client.messages.create(**kwargs)
+        except anthropic.APIStatusError as exc:
+            raise LLMError(f"anthropic HTTP {exc.status_code}: {_short(exc.message)}") from exc
+        except anthropic.APITimeoutError as exc:
+            raise LLMError("anthropic: request timed out") from exc
+        except anthropic.APIConnectionError as exc:
+            raise LLMError(f"anthropic: connection failed: {_short(str(exc))}") from exc
+        except (anthropic.APIError, json.JSONDecodeError, ValueError) as exc:
+            raise LLMError(f"anthropic: malformed response: {_short(str(exc))}") from exc
+        content = [block.model_dump(exclude_none=True) for block in message.content]
+        texts = [b.text for b in message.content if b.type == "text"]
+        calls = [
+            ToolCall(b.id, b.name, b.input if isinstance(b.input, dict) else {})
+            for b in message.content
+            if b.type == "tool_use"
+        ]
+        usage = message.usage
+        return LLMResponse(
+            text="\n".join(texts).strip(),
+            tool_calls=calls,
+            content=content,
+            stop_reason=message.stop_reason or "end_turn",
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            model=message.model or self.model,
+        )
+
+
+def _short(text: str) -> str:
+    return " ".join(str(text).split())[:300]

@@ -1,0 +1,63 @@
+"""Provider-neutral request/response types. Messages use the Anthropic Messages shape, which the
+offline and scripted clients read too, so tool round-trips look the same everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class LLMError(RuntimeError):
+    """The call failed after the client's own retries; the message will be retried later."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def as_api(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class LLMRequest:
+    system: str
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec] = field(default_factory=list)
+    purpose: str = "reply"
+    max_tokens: int = 1024
+    allow_tools: bool = True
+    # Structured facts about the trigger that the offline client uses instead of parsing prose.
+    hints: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LLMResponse:
+    text: str
+    tool_calls: list[ToolCall]
+    content: list[dict[str, Any]]  # assistant content blocks, to append for the next tool round
+    stop_reason: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+
+
+class LLMClient(Protocol):
+    provider: str
+    model: str
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token: good enough for budgets, never used for billing."""
+    return max(1, len(text) // 4) if text else 0

@@ -1,0 +1,154 @@
+"""The embedded default: no key, no network, deterministic.
+
+It never invents: questions are answered only with what `memory_query` returns, delegation goes
+through `sessions_spawn`, everything else gets a short acknowledgement or silence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
+
+_THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
+_GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
+_DELEGATE = re.compile(
+    r"\b(can|could|would) you\b.*\b(research|look into|find out|compare|investigate|look up)\b"
+    r"|^\s*please (research|look into|find out|compare|investigate|look up)\b",
+    re.I | re.S,
+)
+_QUESTION = re.compile(
+    r"\?\s*$|^\s*(what|when|where|who|whom|which|how|why|do|does|did|is|are|was|were|can|could|"
+    r"should|would|will|have|has)\b",
+    re.I,
+)
+_REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
+
+
+class OfflineClient:
+    provider = "offline"
+    model = "cortex-offline-1"
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        results = _tool_results(request.messages[-1]) if request.messages else []
+        if results:
+            return self._after_tools(request, results)
+        return self._first_turn(request)
+
+    def _first_turn(self, request: LLMRequest) -> LLMResponse:
+        hints = request.hints
+        text = str(hints.get("text", ""))
+        tools = {t.name for t in request.tools} if request.allow_tools else set()
+        op = hints.get("completed_op")
+        if text.strip().upper() == "HEARTBEAT":
+            return _reply(request, "HEARTBEAT_OK")
+        if op:
+            target = op.get("expected_channel") or hints.get("channel")
+            summary = " ".join(str(op.get("result", "")).split())[:600]
+            return _reply(
+                request,
+                f"[[send_to:{target}]] Your delegated task is done ({op['description'][:80]}): "
+                f"{summary}",
+            )
+        if _THANKS.match(text):
+            return _reply(request, "NO_REPLY")
+        if _DELEGATE.search(text) and "sessions_spawn" in tools:
+            return _tool(request, "sessions_spawn", {"task": text.strip()})
+        if _QUESTION.search(text) and "memory_query" in tools:
+            return _tool(request, "memory_query", {"query": text.strip(), "limit": 5})
+        greeting = _GREETING.match(text)
+        if greeting and len(text.split()) <= 4:
+            return _reply(request, f"{greeting.group(1).capitalize()}!")
+        if hints.get("priority") == "urgent":
+            return _reply(request, "Noted — flagged as urgent.")
+        if _REMEMBER.search(text):
+            return _reply(request, "Got it — I'll remember that.")
+        return _reply(request, "Noted.")
+
+    def _after_tools(self, request: LLMRequest, results: list[tuple[str, str]]) -> LLMResponse:
+        name_by_id = _tool_names(request.messages)
+        lines: list[str] = []
+        for tool_use_id, content in results:
+            name = name_by_id.get(tool_use_id, "")
+            try:
+                payload = json.loads(content)
+            except json.JSONDecodeError:
+                payload = None
+            if name == "sessions_spawn" and isinstance(payload, dict) and payload.get("op_id"):
+                lines.append(
+                    f"On it — I've handed that off as task {payload['op_id']} and will tell you "
+                    "when the result is in."
+                )
+            elif name == "memory_query" and isinstance(payload, list):
+                hits = [h for h in payload if isinstance(h, dict) and h.get("text")][:3]
+                if hits:
+                    lines.append("Here's what I have:")
+                    lines.extend(f"- {_quote(h)}" for h in hits)
+                else:
+                    lines.append("I don't have anything on that yet.")
+        return _reply(request, "\n".join(lines) or "Noted.")
+
+
+def _quote(hit: dict) -> str:
+    text = " ".join(str(hit["text"]).split())
+    if len(text) > 240:
+        text = text[:237] + "..."
+    where = ", ".join(str(v) for v in (hit.get("channel"), hit.get("date")) if v)
+    sources = hit.get("sources") or []
+    ref = f"msg {', '.join(str(s) for s in sources[:3])}" if sources else ""
+    meta = "; ".join(p for p in (where, ref) if p)
+    return f"{text} ({meta})" if meta else text
+
+
+def _tool_results(message: dict) -> list[tuple[str, str]]:
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list):
+        return []
+    out = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            body = block.get("content", "")
+            if isinstance(body, list):
+                body = "".join(b.get("text", "") for b in body if isinstance(b, dict))
+            out.append((block.get("tool_use_id", ""), str(body)))
+    return out
+
+
+def _tool_names(messages: list[dict]) -> dict[str, str]:
+    names = {}
+    for message in messages:
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list):
+            for block in message["content"]:
+                if block.get("type") == "tool_use":
+                    names[block["id"]] = block["name"]
+    return names
+
+
+def _usage_in(request: LLMRequest) -> int:
+    return estimate_tokens(request.system) + estimate_tokens(json.dumps(request.messages))
+
+
+def _reply(request: LLMRequest, text: str) -> LLMResponse:
+    return LLMResponse(
+        text=text,
+        tool_calls=[],
+        content=[{"type": "text", "text": text}],
+        stop_reason="end_turn",
+        input_tokens=_usage_in(request),
+        output_tokens=estimate_tokens(text),
+        model=OfflineClient.model,
+    )
+
+
+def _tool(request: LLMRequest, name: str, args: dict) -> LLMResponse:
+    call_id = f"offline_{name}_{len(request.messages)}"
+    return LLMResponse(
+        text="",
+        tool_calls=[ToolCall(call_id, name, args)],
+        content=[{"type": "tool_use", "id": call_id, "name": name, "input": args}],
+        stop_reason="tool_use",
+        input_tokens=_usage_in(request),
+        output_tokens=estimate_tokens(json.dumps(args)),
+        model=OfflineClient.model,
+    )

@@ -1,0 +1,1 @@
+"""Long-term memory: what the agent recalls, and how it is kept."""

@@ -1,0 +1,187 @@
+"""The durable message queue: idempotent enqueue, priority-ordered claim, terminal states."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from cortex_pipelines.storage.db import Database, utcnow
+
+BUS_STATES = ("pending", "processing", "completed", "failed", "skipped")
+
+_ROW_SCHEMA = {
+    "channel": pl.String,
+    "external_id": pl.String,
+    "sender": pl.String,
+    "text": pl.String,
+    "priority": pl.String,
+    "priority_rank": pl.Int32,
+    "thread": pl.String,
+    "reply_to": pl.String,
+    "metadata": pl.String,
+    "sent_at": pl.Datetime("us"),
+}
+
+
+@dataclass(frozen=True)
+class BusMessage:
+    id: int
+    channel: str
+    external_id: str
+    sender: str | None
+    text: str
+    priority: str
+    thread: str | None
+    reply_to: str | None
+    metadata: dict
+    sent_at: datetime
+    attempts: int
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    inserted: list[int]
+    duplicates: int
+
+
+def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> EnqueueResult:
+    """Insert validated rows in one statement through Arrow; existing (channel, external_id) win."""
+    if not rows:
+        return EnqueueResult([], 0)
+    frame = pl.DataFrame(rows, schema=_ROW_SCHEMA)  # noqa: F841 - read by DuckDB's replacement scan
+    now = utcnow()
+    inserted = con.execute(
+        """
+        INSERT INTO bus (channel, external_id, sender, text, priority, priority_rank, thread,
+                         reply_to, metadata, sent_at, enqueued_at, source, state)
+        SELECT channel, external_id, sender, text, priority, priority_rank, thread, reply_to,
+               metadata::JSON, sent_at, ?, ?, ?
+        FROM frame
+        ON CONFLICT (channel, external_id) DO NOTHING
+        RETURNING id
+        """,
+        [now, source, state],
+    ).fetchall()
+    ids = sorted(r[0] for r in inserted)
+    # Rows repeated inside one batch collapse too; count them as duplicates.
+    return EnqueueResult(ids, len(rows) - len(ids))
+
+
+def _to_message(row: tuple) -> BusMessage:
+    (mid, channel, ext, sender, text, priority, thread, reply_to, meta, sent_at, attempts) = row
+    return BusMessage(
+        id=mid,
+        channel=channel,
+        external_id=ext,
+        sender=sender,
+        text=text,
+        priority=priority,
+        thread=thread,
+        reply_to=reply_to,
+        metadata=json.loads(meta) if meta else {},
+        sent_at=sent_at,
+        attempts=attempts,
+    )
+
+
+_MESSAGE_COLUMNS = (
+    "id, channel, external_id, sender, text, priority, thread, reply_to, metadata, sent_at, attempts"
+)
+
+
+def claim_next(db: Database) -> BusMessage | None:
+    """Take the next due message (urgent > normal > background, FIFO within a tier)."""
+
+    def claim(con):
+        now = utcnow()
+        row = con.execute(
+            f"""
+            SELECT {_MESSAGE_COLUMNS} FROM bus
+            WHERE state = 'pending' AND (not_before IS NULL OR not_before <= ?)
+            ORDER BY priority_rank, id LIMIT 1
+            """,
+            [now],
+        ).fetchone()
+        if row is None:
+            return None
+        con.execute(
+            "UPDATE bus SET state = 'processing', attempts = attempts + 1, started_at = ? "
+            "WHERE id = ?",
+            [now, row[0]],
+        )
+        return _to_message(row[:-1] + (row[-1] + 1,))
+
+    return db.run(claim)
+
+
+def recover_interrupted(con) -> list[int]:
+    """Return rows a dead drainer left in 'processing' to the queue (their attempt stays counted)."""
+    rows = con.execute(
+        "UPDATE bus SET state = 'pending', started_at = NULL, "
+        "error = coalesce(error, 'interrupted: the processing run died mid-message') "
+        "WHERE state = 'processing' RETURNING id"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def mark_completed(con, bus_id: int) -> None:
+    con.execute(
+        "UPDATE bus SET state = 'completed', finished_at = ?, error = NULL WHERE id = ?",
+        [utcnow(), bus_id],
+    )
+
+
+def mark_skipped(db: Database, bus_id: int, reason: str) -> None:
+    db.run(
+        lambda con: con.execute(
+            "UPDATE bus SET state = 'skipped', finished_at = ?, error = ? WHERE id = ?",
+            [utcnow(), reason, bus_id],
+        )
+    )
+
+
+def fail_or_retry(db: Database, msg: BusMessage, error: str, max_attempts: int, backoff_s: float) -> str:
+    """After a failed attempt: back to pending with a delay, or failed for good. Returns the state."""
+    final = msg.attempts >= max_attempts
+    state = "failed" if final else "pending"
+    delay = timedelta(seconds=backoff_s * (2 ** (msg.attempts - 1)))
+    not_before = None if final else utcnow() + delay
+    db.run(
+        lambda con: con.execute(
+            "UPDATE bus SET state = ?, error = ?, not_before = ?, finished_at = ? WHERE id = ?",
+            [state, error[:2000], not_before, utcnow() if final else None, msg.id],
+        )
+    )
+    return state
+
+
+def counts(db: Database) -> dict[str, int]:
+    rows = dict(db.query("SELECT state, count(*) FROM bus GROUP BY state"))
+    return {state: int(rows.get(state, 0)) for state in BUS_STATES}
+
+
+def due_pending(db: Database) -> tuple[int, str]:
+    """How many messages a processing run could take now, and a key that changes when they do."""
+    row = db.query(
+        "SELECT count(*), coalesce(max(id), 0), coalesce(sum(attempts), 0) FROM bus "
+        "WHERE state IN ('pending', 'processing') AND (not_before IS NULL OR not_before <= ?)",
+        [utcnow()],
+    )[0]
+    return int(row[0]), f"upto-{row[1]}-attempts-{row[2]}"
+
+
+def unshown_failures(con) -> list[dict]:
+    """Messages that failed for good and whose failure the user has not been told about yet."""
+    cur = con.execute(
+        "SELECT id, channel, text, error FROM bus WHERE state = 'failed' AND error_shown_at IS NULL "
+        "ORDER BY id LIMIT 5"
+    )
+    return [dict(zip(("id", "channel", "text", "error"), r, strict=True)) for r in cur.fetchall()]
+
+
+def mark_failures_shown(con, ids: list[int]) -> None:
+    if ids:
+        con.execute("UPDATE bus SET error_shown_at = ? WHERE id IN (SELECT unnest(?))", [utcnow(), ids])

@@ -1,0 +1,74 @@
+"""The brain lease: at most one process drains the bus at a time, across Dagster runs and the CLI.
+
+A holder is stale when its process is gone (same host) or its heartbeat is older than the lease
+timeout; only then may another process take over and recover what it left in 'processing'.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+from cortex_pipelines.storage.db import Database, utcnow
+
+NAME = "brain"
+
+
+class BrainBusy(RuntimeError):
+    """Another live process is draining the bus; it will take the new messages too."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire(db: Database, holder: str, timeout_s: float) -> bool:
+    """Take the lease. Returns True when the previous holder died (its work must be recovered)."""
+    host, pid = socket.gethostname(), os.getpid()
+
+    def take(con):
+        row = con.execute(
+            "SELECT holder, host, pid, heartbeat_at FROM brain_lease WHERE name = ?", [NAME]
+        ).fetchone()
+        now = utcnow()
+        if row is not None:
+            _, old_host, old_pid, beat = row
+            same_process = old_host == host and old_pid == pid
+            stale = now - beat > timedelta(seconds=timeout_s) or (
+                old_host == host and not _alive(old_pid)
+            )
+            if not same_process and not stale:
+                raise BrainBusy(f"the bus is being drained by pid {old_pid} on {old_host}")
+        con.execute(
+            "INSERT OR REPLACE INTO brain_lease (name, holder, host, pid, heartbeat_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [NAME, holder, host, pid, now],
+        )
+        return row is not None
+
+    return db.run(take)
+
+
+def heartbeat(db: Database) -> None:
+    db.run(
+        lambda con: con.execute(
+            "UPDATE brain_lease SET heartbeat_at = ? WHERE name = ? AND pid = ? AND host = ?",
+            [utcnow(), NAME, os.getpid(), socket.gethostname()],
+        )
+    )
+
+
+def release(db: Database) -> None:
+    db.run(
+        lambda con: con.execute(
+            "DELETE FROM brain_lease WHERE name = ? AND pid = ? AND host = ?",
+            [NAME, os.getpid(), socket.gethostname()],
+        )
+    )

@@ -1,0 +1,119 @@
+"""Versioned schema. Append new versions; never edit a released one."""
+
+from __future__ import annotations
+
+V1 = [
+    # The durable queue. Idempotent on (channel, external_id); priority_rank 0 urgent .. 2 background.
+    "CREATE SEQUENCE bus_seq START 1",
+    """CREATE TABLE bus (
+        id BIGINT PRIMARY KEY DEFAULT nextval('bus_seq'),
+        channel VARCHAR NOT NULL,
+        external_id VARCHAR NOT NULL,
+        sender VARCHAR,
+        text VARCHAR NOT NULL,
+        priority VARCHAR NOT NULL,
+        priority_rank INTEGER NOT NULL,
+        thread VARCHAR,
+        reply_to VARCHAR,
+        metadata JSON,
+        sent_at TIMESTAMP NOT NULL,
+        enqueued_at TIMESTAMP NOT NULL,
+        source VARCHAR,
+        state VARCHAR NOT NULL DEFAULT 'pending',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        not_before TIMESTAMP,
+        started_at TIMESTAMP,
+        finished_at TIMESTAMP,
+        error VARCHAR,
+        error_shown_at TIMESTAMP,
+        UNIQUE (channel, external_id)
+    )""",
+    # One session across all channels: inbound turns and the agent's replies.
+    "CREATE SEQUENCE session_seq START 1",
+    """CREATE TABLE session (
+        id BIGINT PRIMARY KEY DEFAULT nextval('session_seq'),
+        bus_id BIGINT,
+        role VARCHAR NOT NULL,
+        channel VARCHAR NOT NULL,
+        sender VARCHAR,
+        content VARCHAR NOT NULL,
+        ts TIMESTAMP NOT NULL,
+        metadata JSON,
+        UNIQUE (bus_id, role)
+    )""",
+    """CREATE TABLE channel_states (
+        channel VARCHAR PRIMARY KEY,
+        last_message_at TIMESTAMP,
+        unread_count INTEGER NOT NULL DEFAULT 0,
+        summary VARCHAR,
+        layer VARCHAR NOT NULL DEFAULT 'foreground'
+    )""",
+    """CREATE TABLE pending_ops (
+        id VARCHAR PRIMARY KEY,
+        bus_id BIGINT,
+        type VARCHAR NOT NULL,
+        description VARCHAR NOT NULL,
+        dispatched_at TIMESTAMP NOT NULL,
+        deadline_at TIMESTAMP,
+        expected_channel VARCHAR,
+        status VARCHAR NOT NULL,
+        completed_at TIMESTAMP,
+        result VARCHAR,
+        gardened_at TIMESTAMP,
+        acknowledged_at TIMESTAMP
+    )""",
+    "CREATE SEQUENCE checkpoint_seq START 1",
+    """CREATE TABLE checkpoints (
+        id BIGINT PRIMARY KEY DEFAULT nextval('checkpoint_seq'),
+        bus_id BIGINT NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        last_session_id BIGINT,
+        channel_states JSON,
+        open_ops INTEGER
+    )""",
+    "CREATE SEQUENCE outbox_seq START 1",
+    """CREATE TABLE outbox (
+        id BIGINT PRIMARY KEY DEFAULT nextval('outbox_seq'),
+        bus_id BIGINT NOT NULL,
+        channel VARCHAR NOT NULL,
+        text VARCHAR NOT NULL,
+        reply_to BIGINT,
+        created_at TIMESTAMP NOT NULL,
+        exported_at TIMESTAMP,
+        delivered_at TIMESTAMP,
+        UNIQUE (bus_id, channel)
+    )""",
+    "CREATE SEQUENCE llm_usage_seq START 1",
+    """CREATE TABLE llm_usage (
+        id BIGINT PRIMARY KEY DEFAULT nextval('llm_usage_seq'),
+        called_at TIMESTAMP NOT NULL,
+        provider VARCHAR NOT NULL,
+        model VARCHAR NOT NULL,
+        purpose VARCHAR NOT NULL,
+        bus_id BIGINT,
+        asset VARCHAR,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        latency_ms DOUBLE NOT NULL DEFAULT 0,
+        ok BOOLEAN NOT NULL,
+        error VARCHAR
+    )""",
+    # Pinned working memory (seed 002), always in the system floor.
+    "CREATE SEQUENCE pin_seq START 1",
+    """CREATE TABLE pins (
+        id BIGINT PRIMARY KEY DEFAULT nextval('pin_seq'),
+        label VARCHAR,
+        text VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL
+    )""",
+    # Who drains the bus right now: serializes processing across processes.
+    """CREATE TABLE brain_lease (
+        name VARCHAR PRIMARY KEY,
+        holder VARCHAR NOT NULL,
+        host VARCHAR NOT NULL,
+        pid INTEGER NOT NULL,
+        heartbeat_at TIMESTAMP NOT NULL
+    )""",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1)]

@@ -1,0 +1,48 @@
+"""Replies waiting for delivery. Rows are written in the same transaction that completes the
+message; files under outbox/<channel>/ are exported afterwards and re-exported after a crash
+under the same name, so a connector never sees a reply twice."""
+
+from __future__ import annotations
+
+import json
+
+from cortex_pipelines.config import Paths
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.storage.db import Database, utcnow
+
+
+def add(con, bus_id: int, channel: str, text: str) -> None:
+    con.execute(
+        "INSERT INTO outbox (bus_id, channel, text, reply_to, created_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (bus_id, channel) DO NOTHING",
+        [bus_id, channel, text, bus_id, utcnow()],
+    )
+
+
+def waiting(db: Database, channel: str | None = None) -> list[dict]:
+    return db.query_dicts(
+        "SELECT id, channel, text, reply_to, created_at FROM outbox "
+        "WHERE delivered_at IS NULL AND (? IS NULL OR channel = ?) ORDER BY id",
+        [channel, channel],
+    )
+
+
+def export_files(db: Database, paths: Paths) -> int:
+    rows = db.query_dicts(
+        "SELECT id, channel, text, reply_to, created_at FROM outbox WHERE exported_at IS NULL "
+        "ORDER BY id"
+    )
+    for row in rows:
+        body = {**row, "created_at": row["created_at"].isoformat() + "Z"}
+        write_atomic(
+            paths.outbox / row["channel"] / f"{row['id']:010d}.json",
+            json.dumps(body, ensure_ascii=False, indent=2) + "\n",
+        )
+    if rows:
+        ids = [r["id"] for r in rows]
+        db.run(
+            lambda con: con.execute(
+                "UPDATE outbox SET exported_at = ? WHERE id IN (SELECT unnest(?))", [utcnow(), ids]
+            )
+        )
+    return len(rows)

@@ -1,0 +1,125 @@
+"""The one session across channels, channel states, pinned items and history import."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
+from cortex_pipelines.storage.db import Database, utcnow
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: int
+    bus_id: int | None
+    role: str
+    channel: str
+    sender: str | None
+    content: str
+    ts: datetime
+
+
+_TURN_COLUMNS = "id, bus_id, role, channel, sender, content, ts"
+
+
+def append_inbound(con, msg: BusMessage) -> int:
+    """Record the inbound turn once, even when a recovered message is processed again."""
+    row = con.execute(
+        """
+        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
+        VALUES (?, 'user', ?, ?, ?, ?, ?)
+        ON CONFLICT (bus_id, role) DO NOTHING RETURNING id
+        """,
+        [msg.id, msg.channel, msg.sender, msg.text, msg.sent_at, json.dumps(msg.metadata)],
+    ).fetchone()
+    if row is None:
+        return con.execute(
+            "SELECT id FROM session WHERE bus_id = ? AND role = 'user'", [msg.id]
+        ).fetchone()[0]
+    _touch_channel(con, msg.channel, msg.sent_at)
+    return row[0]
+
+
+def append_reply(con, bus_id: int, channel: str, content: str, metadata: dict) -> int:
+    row = con.execute(
+        """
+        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
+        VALUES (?, 'assistant', ?, 'cortex', ?, ?, ?)
+        ON CONFLICT (bus_id, role) DO NOTHING RETURNING id
+        """,
+        [bus_id, channel, content, utcnow(), json.dumps(metadata)],
+    ).fetchone()
+    return row[0] if row else 0
+
+
+def _touch_channel(con, channel: str, at: datetime) -> None:
+    con.execute(
+        """
+        INSERT INTO channel_states (channel, last_message_at, unread_count, layer)
+        VALUES (?, ?, 1, 'foreground')
+        ON CONFLICT (channel) DO UPDATE SET
+            last_message_at = greatest(channel_states.last_message_at, excluded.last_message_at),
+            unread_count = channel_states.unread_count + 1,
+            layer = 'foreground'
+        """,
+        [channel, at],
+    )
+
+
+def mark_channel_read(con, channel: str) -> None:
+    con.execute("UPDATE channel_states SET unread_count = 0 WHERE channel = ?", [channel])
+
+
+def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
+    """Past conversation: into the bus as already completed and into the session, never answered."""
+    result = enqueue_rows(con, rows, source, state="completed")
+    if result.inserted:
+        con.execute(
+            """
+            INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
+            SELECT id, 'user', channel, sender, text, sent_at, metadata FROM bus
+            WHERE id IN (SELECT unnest(?)) ORDER BY id
+            ON CONFLICT (bus_id, role) DO NOTHING
+            """,
+            [result.inserted],
+        )
+        for channel, last in con.execute(
+            "SELECT channel, max(sent_at) FROM bus WHERE id IN (SELECT unnest(?)) GROUP BY channel",
+            [result.inserted],
+        ).fetchall():
+            _touch_channel(con, channel, last)
+            mark_channel_read(con, channel)
+    return result
+
+
+def channel_history(
+    db: Database, channel: str, limit: int, before_id: int | None = None
+) -> list[Turn]:
+    """The newest `limit` turns of one channel, oldest first."""
+    rows = db.query(
+        f"""
+        SELECT {_TURN_COLUMNS} FROM session
+        WHERE channel = ? AND (? IS NULL OR id < ?)
+        ORDER BY ts DESC, id DESC LIMIT ?
+        """,
+        [channel, before_id, before_id, limit],
+    )
+    return [Turn(*r) for r in reversed(rows)]
+
+
+def channel_states(db: Database) -> list[dict]:
+    return db.query_dicts(
+        "SELECT channel, last_message_at, unread_count, summary, layer FROM channel_states "
+        "ORDER BY last_message_at DESC NULLS LAST"
+    )
+
+
+def last_turn(db: Database, channel: str) -> Turn | None:
+    turns = channel_history(db, channel, 1)
+    return turns[0] if turns else None
+
+
+def pins(db: Database) -> list[dict]:
+    return db.query_dicts("SELECT id, label, text, created_at FROM pins ORDER BY id")

@@ -1,0 +1,381 @@
+"""A local fake of the Anthropic Messages API for tests.
+
+Why: pipeline code talks to Claude through the official ``anthropic`` SDK.
+Mocking the SDK would skip its retry, timeout and parsing logic, so instead we
+point a real ``anthropic.Anthropic(base_url=server.url)`` at this stdlib HTTP
+server and script what it answers.  Non-streaming only.
+
+Usage::
+
+    with MessagesServer() as srv:
+        srv.script(text("hi"), tool_use("lookup", {"q": "x"}), error(429))
+        client = anthropic.Anthropic(api_key="test", base_url=srv.url)
+        ...
+        assert srv.requests[0]["model"] == "claude-test"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "Delay",
+    "ErrorReply",
+    "MessageReply",
+    "MessagesServer",
+    "RawReply",
+    "Reply",
+    "Responder",
+    "delay",
+    "error",
+    "message",
+    "raw",
+    "text",
+    "tool_use",
+]
+
+
+# --------------------------------------------------------------------------
+# Reply objects (what the server should answer with)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageReply:
+    """A successful (200) Messages API response with the given content blocks."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str = "end_turn"
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """An HTTP error; ``body`` None means a generated Anthropic-style error JSON."""
+
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Sleep ``seconds`` before answering with ``then`` (None = fallback reply)."""
+
+    seconds: float
+    then: Reply | None = None
+
+
+@dataclass(frozen=True)
+class RawReply:
+    """Exact bytes on the wire, for malformed-response tests."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Reply = MessageReply | ErrorReply | Delay | RawReply | str
+"""A plain ``str`` is shorthand for ``text(str)``."""
+
+Responder = Callable[[dict[str, Any]], "Reply | None"]
+
+
+def _new_id(prefix: str) -> str:
+    # Real ids look like "msg_01" + 22 base62 chars; hex is close enough.
+    return f"{prefix}_01{secrets.token_hex(11)}"
+
+
+def message(content: Iterable[Mapping[str, Any]], stop_reason: str = "end_turn") -> MessageReply:
+    """Assistant message with arbitrary content blocks (escape hatch)."""
+    return MessageReply(content=[dict(b) for b in content], stop_reason=stop_reason)
+
+
+def text(value: str, stop_reason: str = "end_turn") -> MessageReply:
+    """Assistant message with a single text block."""
+    return MessageReply(content=[{"type": "text", "text": value}], stop_reason=stop_reason)
+
+
+def tool_use(
+    name: str,
+    input: Mapping[str, Any],  # shadows builtin on purpose: mirrors the API field
+    id: str | None = None,
+    text: str | None = None,
+) -> MessageReply:
+    """Assistant message: optional text block, then one tool_use block.
+
+    The generated id is readable as ``reply.content[-1]["id"]`` so a test can
+    build the matching tool_result.
+    """
+    blocks: list[dict[str, Any]] = []
+    if text is not None:
+        blocks.append({"type": "text", "text": text})
+    blocks.append(
+        {"type": "tool_use", "id": id or _new_id("toolu"), "name": name, "input": dict(input)}
+    )
+    return MessageReply(content=blocks, stop_reason="tool_use")
+
+
+def error(status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> ErrorReply:
+    """HTTP error reply.
+
+    ``body``: None -> standard error JSON for ``status``; ``str`` -> standard
+    error JSON with that message; anything else is sent as JSON verbatim.
+    """
+    return ErrorReply(status=status, body=body, headers=dict(headers or {}))
+
+
+def delay(seconds: float, then: Reply | None = None) -> Delay:
+    """Answer with ``then`` after ``seconds`` (for client-timeout tests)."""
+    return Delay(seconds=seconds, then=then)
+
+
+def raw(
+    status: int,
+    body: bytes | str,
+    content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
+) -> RawReply:
+    """Send exactly ``body`` with ``status`` and ``content_type``."""
+    data = body.encode() if isinstance(body, str) else bytes(body)
+    return RawReply(
+        status=status, body=data, content_type=content_type, headers=dict(headers or {})
+    )
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def _error_body(status: int, msg: str | None = None) -> dict[str, Any]:
+    etype = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = msg or f"scripted {etype} ({status})"
+    return {"type": "error", "error": {"type": etype, "message": message}}
+
+
+def _approx_tokens(obj: Any) -> int:
+    return max(1, len(json.dumps(obj)) // 4)
+
+
+# --------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------
+
+
+class MessagesServer:
+    """Threaded fake of ``POST /v1/messages`` (+ ``/v1/messages/count_tokens``).
+
+    Replies come from the scripted FIFO first, then ``responder(body)``, and
+    finally ``text("NO_REPLY")`` so an unscripted call is visible rather than
+    hanging.  ``requests`` holds parsed bodies of POST /v1/messages in arrival
+    order and ``request_headers`` the matching (lower-cased) headers.
+    """
+
+    def __init__(self, responder: Responder | None = None, host: str = "127.0.0.1") -> None:
+        self.responder = responder
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self.count_tokens_requests: list[dict[str, Any]] = []
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._httpd = ThreadingHTTPServer((host, 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> MessagesServer:
+        """Start serving in a daemon thread (idempotent)."""
+        if self._closed:
+            raise RuntimeError("MessagesServer is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},  # fast close() in teardown
+                name="MessagesServer",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; wakes any handler stuck in a ``delay`` (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+    def __enter__(self) -> MessagesServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scripting -----------------------------------------------------------
+
+    def script(self, *replies: Reply) -> MessagesServer:
+        """Append replies to the FIFO consumed one per /v1/messages request."""
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet consumed."""
+        with self._lock:
+            return len(self._queue)
+
+    # -- internals used by the handler ---------------------------------------
+
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.request_headers.append(headers)
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        return self._fallback(body)
+
+    def _fallback(self, body: dict[str, Any]) -> Reply:
+        if self.responder is not None:
+            reply = self.responder(body)
+            if reply is not None:
+                return reply
+        return text("NO_REPLY")
+
+
+def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.0: one request per connection, so no idle keep-alive threads.
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Silence per-request stderr logging."""
+
+        def do_POST(self) -> None:
+            # The client may have given up (e.g. SDK timeout); nothing to report.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._handle_post()
+
+        def do_GET(self) -> None:
+            self._send_json(404, _error_body(404, f"no route for GET {self.path}"))
+
+        def _handle_post(self) -> None:
+            path = self.path.split("?", 1)[0].rstrip("/")
+            length = int(self.headers.get("content-length") or 0)
+            data = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(data or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("body must be a JSON object")
+            except ValueError as exc:
+                self._send_json(400, _error_body(400, f"invalid JSON body: {exc}"))
+                return
+
+            if path == "/v1/messages/count_tokens":
+                with server._lock:
+                    server.count_tokens_requests.append(body)
+                self._send_json(200, {"input_tokens": _approx_tokens(body)})
+                return
+            if path != "/v1/messages":
+                self._send_json(404, _error_body(404, f"no route for POST {self.path}"))
+                return
+
+            server._record(body, {k.lower(): v for k, v in self.headers.items()})
+            if body.get("stream"):
+                # Recorded, but does not consume a scripted reply.
+                self._send_json(
+                    400, _error_body(400, "streaming is not supported by MessagesServer")
+                )
+                return
+            self._answer(server._next_reply(body), body)
+
+        def _answer(self, reply: Reply, body: dict[str, Any]) -> None:
+            while isinstance(reply, Delay):
+                if server._closing.wait(reply.seconds):
+                    return  # shutting down; drop the connection
+                reply = reply.then if reply.then is not None else server._fallback(body)
+            if isinstance(reply, str):
+                reply = text(reply)
+
+            if isinstance(reply, MessageReply):
+                self._send_json(
+                    200,
+                    {
+                        "id": _new_id("msg"),
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body.get("model", "unknown"),
+                        "content": reply.content,
+                        "stop_reason": reply.stop_reason,
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": _approx_tokens(body),
+                            "output_tokens": _approx_tokens(reply.content),
+                            "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0,
+                        },
+                    },
+                )
+            elif isinstance(reply, ErrorReply):
+                payload = reply.body
+                if payload is None or isinstance(payload, str):
+                    payload = _error_body(reply.status, payload)
+                self._send_json(reply.status, payload, reply.headers)
+            elif isinstance(reply, RawReply):
+                self._send(reply.status, reply.body, reply.content_type, reply.headers)
+            else:
+                self._send_json(500, _error_body(500, f"MessagesServer: unknown reply {reply!r}"))
+
+        def _send_json(
+            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
+        ) -> None:
+            self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+        def _send(
+            self,
+            status: int,
+            data: bytes,
+            content_type: str,
+            headers: Mapping[str, str] | None = None,
+        ) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", _new_id("req"))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
