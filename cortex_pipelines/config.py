@@ -186,11 +186,8 @@ def load_settings(home: str | os.PathLike[str] | None = None, **overrides: objec
         field = re.search(r'field "(\w+)"', str(exc))
         key = f"CORTEX_{field.group(1).upper()}" if field else "config"
         raise ConfigError(f"{key}: not valid JSON") from None
-    if settings.llm_provider == "anthropic" and not settings.resolved_api_key() and not (
-        settings.base_url
-    ):
+    if settings.llm_provider == "anthropic" and not settings.resolved_api_key() and not (settings.base_url):
         raise ConfigError(
-            "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) "
-            "or CORTEX_BASE_URL"
+            "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) or CORTEX_BASE_URL"
         )
     return settings

@@ -138,9 +138,7 @@ def test_responder_fallback_and_no_reply() -> None:
 
 def test_malformed_raw_response_and_count_tokens(messages_server: MessagesServer) -> None:  # noqa: F811
     client = _client(messages_server)
-    count = client.messages.count_tokens(
-        model=MODEL, messages=[{"role": "user", "content": "hello"}]
-    )
+    count = client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hello"}])
     assert count.input_tokens > 0
     assert messages_server.requests == []  # count_tokens is tracked separately
     assert len(messages_server.count_tokens_requests) == 1

@@ -149,8 +149,11 @@ def assemble(db: Database, settings: Settings, msg: BusMessage, inbound_session_
         messages=messages,
         shown_op_ids=[op["id"] for op in ops],
         shown_failure_ids=[f["id"] for f in failures],
-        layer_tokens={"floor": floor_tokens, "background": estimate_tokens(background_text),
-                      "foreground": used},
+        layer_tokens={
+            "floor": floor_tokens,
+            "background": estimate_tokens(background_text),
+            "foreground": used,
+        },
     )
 
 

@@ -51,9 +51,7 @@ def route(output: Output, settings: Settings) -> Routed:
     routed = Routed()
     for target in output.targets:
         mode = settings.mode_for(target) if target in settings.known_channels() else "off"
-        {"live": routed.delivered, "shadow": routed.shadow, "off": routed.suppressed}[mode].append(
-            target
-        )
+        {"live": routed.delivered, "shadow": routed.shadow, "off": routed.suppressed}[mode].append(target)
     return routed
 
 
@@ -111,8 +109,13 @@ class Brain:
 
         session_id, completed_op = self.db.run(record_inbound)
         context = assemble(self.db, self.settings, msg, session_id)
-        hints = {"channel": msg.channel, "sender": msg.sender, "text": msg.text,
-                 "priority": msg.priority, "completed_op": completed_op}
+        hints = {
+            "channel": msg.channel,
+            "sender": msg.sender,
+            "text": msg.text,
+            "priority": msg.priority,
+            "completed_op": completed_op,
+        }
         try:
             response = self._converse(msg, context, hints, report)
         except LLMError as exc:
@@ -152,10 +155,19 @@ class Brain:
                 for call in response.tool_calls:
                     content, is_error = runner.run(call)
                     self.log(f"tool {call.name} → {'error: ' if is_error else ''}{content[:120]}")
-                    results.append({"type": "tool_result", "tool_use_id": call.id,
-                                    "content": content, "is_error": is_error})
-                messages = [*messages, {"role": "assistant", "content": response.content},
-                            {"role": "user", "content": results}]
+                    results.append(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": call.id,
+                            "content": content,
+                            "is_error": is_error,
+                        }
+                    )
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": response.content},
+                    {"role": "user", "content": results},
+                ]
                 continue
             if not response.text:
                 if response.tool_calls:
@@ -169,22 +181,43 @@ class Brain:
         try:
             response = self.llm.complete(request)
         except LLMError as exc:
-            usage.record(self.db, provider=self.llm.provider, model=self.llm.model, purpose="reply",
-                         input_tokens=0, output_tokens=0, bus_id=bus_id, ok=False, error=str(exc),
-                         latency_ms=(time.perf_counter() - started) * 1000)
+            usage.record(
+                self.db,
+                provider=self.llm.provider,
+                model=self.llm.model,
+                purpose="reply",
+                input_tokens=0,
+                output_tokens=0,
+                bus_id=bus_id,
+                ok=False,
+                error=str(exc),
+                latency_ms=(time.perf_counter() - started) * 1000,
+            )
             report.llm_calls += 1
             raise
-        usage.record(self.db, provider=self.llm.provider, model=response.model, purpose="reply",
-                     input_tokens=response.input_tokens, output_tokens=response.output_tokens,
-                     bus_id=bus_id, ok=True, latency_ms=(time.perf_counter() - started) * 1000)
+        usage.record(
+            self.db,
+            provider=self.llm.provider,
+            model=response.model,
+            purpose="reply",
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+            bus_id=bus_id,
+            ok=True,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
         report.llm_calls += 1
         return response
 
     def _commit(self, con, msg: BusMessage, context: Context, output: Output, routed: Routed) -> None:
         """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint."""
         channel = output.targets[0] if output.targets else msg.channel
-        meta = {"silence": output.silence, "delivered": routed.delivered, "shadow": routed.shadow,
-                "suppressed": routed.suppressed}
+        meta = {
+            "silence": output.silence,
+            "delivered": routed.delivered,
+            "shadow": routed.shadow,
+            "suppressed": routed.suppressed,
+        }
         reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta)
         for target in routed.delivered:
             outbox.add(con, msg.id, target, output.text)

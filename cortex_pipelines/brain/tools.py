@@ -96,15 +96,21 @@ class ToolRunner:
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
         return [
             hit.as_dict()
-            for hit in recall(self.db, self.settings, args.query, k=args.limit,
-                              exclude_bus_ids={self.message.id})
+            for hit in recall(
+                self.db, self.settings, args.query, k=args.limit, exclude_bus_ids={self.message.id}
+            )
         ]
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
         turns = channel_history(self.db, args.channel, args.limit, args.before_id)
         return [
-            {"id": t.id, "role": t.role, "sender": t.sender, "text": t.content,
-             "at": t.ts.isoformat(timespec="minutes")}
+            {
+                "id": t.id,
+                "role": t.role,
+                "sender": t.sender,
+                "text": t.content,
+                "at": t.ts.isoformat(timespec="minutes"),
+            }
             for t in turns
         ]
 

@@ -8,6 +8,7 @@ followed, so nothing outside CORTEX_HOME is read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -122,10 +123,8 @@ def _reject(path: Path, reason: str, settings: Settings, channel_folder: str) ->
 
 
 def _archive(path: Path, settings: Settings, channel: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.rename(path, _unique_destination(settings.paths.ingested / channel, path.name))
-    except FileNotFoundError:
-        pass
 
 
 def _candidates(inbox: Path) -> list[tuple[Path, str]]:

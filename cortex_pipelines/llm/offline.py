@@ -48,8 +48,7 @@ class OfflineClient:
             summary = " ".join(str(op.get("result", "")).split())[:600]
             return _reply(
                 request,
-                f"[[send_to:{target}]] Your delegated task is done ({op['description'][:80]}): "
-                f"{summary}",
+                f"[[send_to:{target}]] Your delegated task is done ({op['description'][:80]}): {summary}",
             )
         if _THANKS.match(text):
             return _reply(request, "NO_REPLY")

@@ -29,10 +29,20 @@ class ScriptedClient:
             return step
         if isinstance(step, ToolCall):
             return LLMResponse(
-                "", [step], [{"type": "tool_use", "id": step.id, "name": step.name,
-                              "input": step.input}], "tool_use", 10, 5, self.model
+                "",
+                [step],
+                [{"type": "tool_use", "id": step.id, "name": step.name, "input": step.input}],
+                "tool_use",
+                10,
+                5,
+                self.model,
             )
         return LLMResponse(
-            step, [], [{"type": "text", "text": step}], "end_turn", 10, estimate_tokens(step),
+            step,
+            [],
+            [{"type": "text", "text": step}],
+            "end_turn",
+            10,
+            estimate_tokens(step),
             self.model,
         )

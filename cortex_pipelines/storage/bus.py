@@ -108,11 +108,10 @@ def claim_next(db: Database) -> BusMessage | None:
         if row is None:
             return None
         con.execute(
-            "UPDATE bus SET state = 'processing', attempts = attempts + 1, started_at = ? "
-            "WHERE id = ?",
+            "UPDATE bus SET state = 'processing', attempts = attempts + 1, started_at = ? WHERE id = ?",
             [now, row[0]],
         )
-        return _to_message(row[:-1] + (row[-1] + 1,))
+        return _to_message((*row[:-1], row[-1] + 1))
 
     return db.run(claim)
 

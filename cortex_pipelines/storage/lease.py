@@ -41,9 +41,7 @@ def acquire(db: Database, holder: str, timeout_s: float) -> bool:
         if row is not None:
             _, old_host, old_pid, beat = row
             same_process = old_host == host and old_pid == pid
-            stale = now - beat > timedelta(seconds=timeout_s) or (
-                old_host == host and not _alive(old_pid)
-            )
+            stale = now - beat > timedelta(seconds=timeout_s) or (old_host == host and not _alive(old_pid))
             if not same_process and not stale:
                 raise BrainBusy(f"the bus is being drained by pid {old_pid} on {old_host}")
         con.execute(

@@ -29,8 +29,7 @@ def waiting(db: Database, channel: str | None = None) -> list[dict]:
 
 def export_files(db: Database, paths: Paths) -> int:
     rows = db.query_dicts(
-        "SELECT id, channel, text, reply_to, created_at FROM outbox WHERE exported_at IS NULL "
-        "ORDER BY id"
+        "SELECT id, channel, text, reply_to, created_at FROM outbox WHERE exported_at IS NULL ORDER BY id"
     )
     for row in rows:
         body = {**row, "created_at": row["created_at"].isoformat() + "Z"}

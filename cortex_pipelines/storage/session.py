@@ -35,9 +35,9 @@ def append_inbound(con, msg: BusMessage) -> int:
         [msg.id, msg.channel, msg.sender, msg.text, msg.sent_at, json.dumps(msg.metadata)],
     ).fetchone()
     if row is None:
-        return con.execute(
-            "SELECT id FROM session WHERE bus_id = ? AND role = 'user'", [msg.id]
-        ).fetchone()[0]
+        return con.execute("SELECT id FROM session WHERE bus_id = ? AND role = 'user'", [msg.id]).fetchone()[
+            0
+        ]
     _touch_channel(con, msg.channel, msg.sent_at)
     return row[0]
 
@@ -94,9 +94,7 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
     return result
 
 
-def channel_history(
-    db: Database, channel: str, limit: int, before_id: int | None = None
-) -> list[Turn]:
+def channel_history(db: Database, channel: str, limit: int, before_id: int | None = None) -> list[Turn]:
     """The newest `limit` turns of one channel, oldest first."""
     rows = db.query(
         f"""

@@ -24,15 +24,25 @@ def record(
             "INSERT INTO llm_usage (called_at, provider, model, purpose, bus_id, asset, "
             "input_tokens, output_tokens, latency_ms, ok, error) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [utcnow(), provider, model, purpose, bus_id, asset, input_tokens, output_tokens,
-             latency_ms, ok, error],
+            [
+                utcnow(),
+                provider,
+                model,
+                purpose,
+                bus_id,
+                asset,
+                input_tokens,
+                output_tokens,
+                latency_ms,
+                ok,
+                error,
+            ],
         )
     )
 
 
 def totals(db: Database) -> dict[str, int]:
     calls, tin, tout = db.query(
-        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) "
-        "FROM llm_usage"
+        "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM llm_usage"
     )[0]
     return {"calls": int(calls), "input_tokens": int(tin), "output_tokens": int(tout)}

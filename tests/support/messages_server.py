@@ -118,9 +118,7 @@ def tool_use(
     blocks: list[dict[str, Any]] = []
     if text is not None:
         blocks.append({"type": "text", "text": text})
-    blocks.append(
-        {"type": "tool_use", "id": id or _new_id("toolu"), "name": name, "input": dict(input)}
-    )
+    blocks.append({"type": "tool_use", "id": id or _new_id("toolu"), "name": name, "input": dict(input)})
     return MessageReply(content=blocks, stop_reason="tool_use")
 
 
@@ -146,9 +144,7 @@ def raw(
 ) -> RawReply:
     """Send exactly ``body`` with ``status`` and ``content_type``."""
     data = body.encode() if isinstance(body, str) else bytes(body)
-    return RawReply(
-        status=status, body=data, content_type=content_type, headers=dict(headers or {})
-    )
+    return RawReply(status=status, body=data, content_type=content_type, headers=dict(headers or {}))
 
 
 _ERROR_TYPES = {
@@ -314,9 +310,7 @@ def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
             server._record(body, {k.lower(): v for k, v in self.headers.items()})
             if body.get("stream"):
                 # Recorded, but does not consume a scripted reply.
-                self._send_json(
-                    400, _error_body(400, "streaming is not supported by MessagesServer")
-                )
+                self._send_json(400, _error_body(400, "streaming is not supported by MessagesServer"))
                 return
             self._answer(server._next_reply(body), body)
 
@@ -357,9 +351,7 @@ def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send_json(500, _error_body(500, f"MessagesServer: unknown reply {reply!r}"))
 
-        def _send_json(
-            self, status: int, payload: Any, headers: Mapping[str, str] | None = None
-        ) -> None:
+        def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
             self._send(status, json.dumps(payload).encode(), "application/json", headers)
 
         def _send(

@@ -1,0 +1,44 @@
+"""session_messages: the brain drains the bus and brings the session up to date."""
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import bus, lease
+
+BRAIN_POOL = "cortex_brain"
+
+
+@asset(
+    deps=["bus_messages"],
+    group_name="brain",
+    pool=BRAIN_POOL,
+    kinds={"duckdb", "anthropic"},
+    description="The one session across channels: every due message answered, strictly one at a time.",
+)
+def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
+    settings = cortex.settings()
+    db = cortex.database()
+    brain = Brain(db, settings, cortex.llm(), log=context.log.info)
+    try:
+        report = brain.drain()
+    except lease.BrainBusy as busy:
+        context.log.warning(f"{busy}; that process answers the queue")
+        return MaterializeResult(metadata={"skipped": MetadataValue.text(str(busy))})
+    depth = bus.counts(db)
+    session_rows = db.query("SELECT count(*) FROM session")[0][0]
+    return MaterializeResult(
+        metadata={
+            "processed": report.processed,
+            "completed": report.completed,
+            "retried": report.retried,
+            "failed": report.failed,
+            "skipped": report.skipped,
+            "recovered": report.recovered,
+            "replies": len(report.replies),
+            "llm_calls": report.llm_calls,
+            "bus_pending": depth["pending"],
+            "bus_failed": depth["failed"],
+            "session_rows": session_rows,
+        }
+    )

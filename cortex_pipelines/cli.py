@@ -1,0 +1,204 @@
+"""`cortex`: the command line over one CORTEX_HOME. Bad input exits non-zero with one line."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from cortex_pipelines.config import ConfigError, Settings, load_settings
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.ingest.envelope import EnvelopeError, validate
+from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path
+from cortex_pipelines.instance import dagster_env, init_home, status
+from cortex_pipelines.storage import Database, outbox
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Cortex: the memory brain of your personal agent.")
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(reason: str, code: int = 2) -> None:
+    err.print(f"cortex: {reason}", markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        _fail(f"config: {exc}")
+        raise AssertionError from None  # unreachable; keeps type checkers calm
+
+
+def _ready() -> Settings:
+    settings = _settings()
+    init_home(settings)
+    return settings
+
+
+def _print_json(value) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+@app.command()
+def init() -> None:
+    """Create $CORTEX_HOME, migrate the database, install dagster.yaml (idempotent)."""
+    settings = _settings()
+    written = init_home(settings)
+    out.print(f"Cortex home ready at {settings.home}")
+    for path in written:
+        out.print(f"  wrote {path}")
+
+
+@app.command()
+def send(
+    channel: str,
+    text: str,
+    sender: Annotated[str, typer.Option(help="sender id")] = "user",
+    priority: Annotated[str, typer.Option(help="urgent | normal | background")] = "normal",
+    external_id: Annotated[str | None, typer.Option("--external-id", help="idempotency key")] = None,
+) -> None:
+    """Drop one message into the inbox, as a connector would."""
+    settings = _ready()
+    envelope = {"channel": channel, "text": text, "sender": sender, "priority": priority}
+    if external_id is not None:
+        envelope["external_id"] = external_id
+    try:
+        validate(envelope, settings, datetime.now(UTC), folder_channel=None)
+    except EnvelopeError as exc:
+        _fail(str(exc))
+    envelope["timestamp"] = datetime.now(UTC).isoformat()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    path = settings.paths.inbox / channel / f"{stamp}-{secrets.token_hex(3)}.json"
+    write_atomic(path, json.dumps(envelope, ensure_ascii=False) + "\n")
+    out.print(f"queued in {path}", highlight=False)
+
+
+def _report(report: IngestReport) -> None:
+    for f in report.files:
+        if f.error and not f.deferred:
+            err.print(f"rejected {f.path}: {f.error}", markup=False, highlight=False)
+    out.print(f"ingested {report.accepted} message(s), {report.duplicates} duplicate(s), "
+              f"{len(report.rejected)} rejected file(s)")
+
+
+@app.command()
+def ingest(
+    path: Path,
+    history: Annotated[bool, typer.Option(help="import as past conversation: stored and indexed, "
+                                                "never answered")] = False,
+) -> None:
+    """Bulk import a .json/.jsonl file or a folder of them, with the inbox's validation."""
+    settings = _ready()
+    if not path.exists():
+        _fail(f"no such file or folder: {path}")
+    report = ingest_path(path, settings, Database(settings.paths.db), history=history)
+    _report(report)
+    if report.rejected:
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    demo: Annotated[bool, typer.Option(help="load the bundled sample conversation first")] = False,
+) -> None:
+    """Run the main job in-process: ingest the inbox, answer everything, materialize memory."""
+    settings = _ready()
+    db = Database(settings.paths.db)
+    if demo:
+        sample = Path(str(resources.files("cortex_pipelines").joinpath("demo/conversation.jsonl")))
+        _report(ingest_path(sample, settings, db))
+    _report(ingest_inbox(settings, db))
+    before = db.query("SELECT coalesce(max(id), 0) FROM outbox")[0][0]
+
+    import os
+
+    from dagster import DagsterInstance
+
+    from cortex_pipelines.definitions import defs
+
+    os.environ.update(dagster_env(settings))
+    with DagsterInstance.get() as instance:
+        result = defs.resolve_job_def("cortex_main").execute_in_process(
+            instance=instance, raise_on_error=False
+        )
+    replies = db.query_dicts("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [before])
+    for reply in replies:
+        out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
+        out.print(reply["text"], markup=False, highlight=False)
+    state = status(settings)
+    out.print(f"bus: {state['bus']}", highlight=False)
+    out.print(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  "
+              f"database: {settings.paths.db}", highlight=False)
+    if not result.success:
+        _fail(f"run {result.run_id} failed; see `cortex dev` → Runs for the logs", code=1)
+
+
+@app.command("status")
+def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Bus counts by state, channels and their modes, LLM usage."""
+    state = status(_ready())
+    if as_json:
+        _print_json(state)
+        return
+    out.print(f"home     {state['home']}", highlight=False)
+    out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
+    out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
+    out.print(f"outbox   {state['outbox']['waiting']} waiting")
+    llm = state["llm"]
+    out.print(f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
+              f"{llm['output_tokens']} out tokens")
+
+
+@app.command("outbox")
+def outbox_cmd(
+    channel: Annotated[str | None, typer.Argument()] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Replies waiting for delivery."""
+    settings = _ready()
+    rows = outbox.waiting(Database(settings.paths.db), channel)
+    if as_json:
+        _print_json([{"id": r["id"], "channel": r["channel"], "text": r["text"],
+                      "reply_to": r["reply_to"], "created_at": r["created_at"].isoformat() + "Z"}
+                     for r in rows])
+        return
+    for r in rows:
+        out.print(f"#{r['id']} [bold]{r['channel']}[/] ← #{r['reply_to']}: ", end="")
+        out.print(r["text"], markup=False, highlight=False)
+    if not rows:
+        out.print("outbox is empty")
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option(help="port for the UI")] = 3000,
+    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+) -> None:
+    """Start the Dagster UI and daemon for this CORTEX_HOME (Ctrl-C stops both)."""
+    settings = _ready()
+    workspace = settings.paths.dagster_home / "workspace.yaml"
+    cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
+    out.print(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})",
+              highlight=False)
+    proc = subprocess.Popen(cmd, env=dagster_env(settings))
+    try:
+        raise typer.Exit(proc.wait())
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        raise typer.Exit(proc.wait()) from None
+
+
+if __name__ == "__main__":
+    app()

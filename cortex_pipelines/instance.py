@@ -1,0 +1,54 @@
+"""Setting up and inspecting one CORTEX_HOME, shared by the CLI and the tests."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.storage import Database, bus, outbox, usage
+from cortex_pipelines.storage.session import channel_states
+
+WORKSPACE_YAML = """# Written by `cortex init`; `cortex dev` points the Dagster UI at it.
+load_from:
+  - python_module: cortex_pipelines.definitions
+"""
+
+
+def init_home(settings: Settings) -> list[Path]:
+    """Create the folders, migrate the database, install dagster.yaml. Safe to run again."""
+    paths = settings.paths
+    for folder in (paths.inbox, paths.rejected, paths.outbox, paths.out, paths.dagster_home,
+                   paths.workspace):
+        folder.mkdir(parents=True, exist_ok=True)
+    Database(paths.db).migrate()
+    written = []
+    shipped = resources.files("cortex_pipelines").joinpath("dagster.yaml").read_text()
+    for target, body in ((paths.dagster_home / "dagster.yaml", shipped),
+                         (paths.dagster_home / "workspace.yaml", WORKSPACE_YAML)):
+        if not target.exists() or target.read_text() != body:
+            write_atomic(target, body)
+            written.append(target)
+    return written
+
+
+def dagster_env(settings: Settings) -> dict[str, str]:
+    """Environment for Dagster processes of this instance: its DAGSTER_HOME and CORTEX_HOME."""
+    return {**os.environ, "DAGSTER_HOME": str(settings.paths.dagster_home),
+            "CORTEX_HOME": str(settings.home)}
+
+
+def status(settings: Settings) -> dict:
+    db = Database(settings.paths.db)
+    seen = {s["channel"] for s in channel_states(db)}
+    seen |= {r[0] for r in db.query("SELECT DISTINCT channel FROM bus")}
+    channels = sorted(seen | set(settings.channel_modes))
+    return {
+        "home": str(settings.home),
+        "bus": {k: v for k, v in bus.counts(db).items()},
+        "channels": {name: settings.mode_for(name) for name in channels},
+        "outbox": {"waiting": len(outbox.waiting(db))},
+        "llm": {"provider": settings.llm_provider, **usage.totals(db)},
+    }
