@@ -22,8 +22,12 @@ from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_pat
 from cortex_pipelines.instance import dagster_env, init_home, status
 from cortex_pipelines.storage import Database, outbox
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Cortex: the memory brain of your personal agent.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Cortex: the memory brain of your personal agent.",
+)
 out = Console()
 err = Console(stderr=True)
 
@@ -89,15 +93,18 @@ def _report(report: IngestReport) -> None:
     for f in report.files:
         if f.error and not f.deferred:
             err.print(f"rejected {f.path}: {f.error}", markup=False, highlight=False)
-    out.print(f"ingested {report.accepted} message(s), {report.duplicates} duplicate(s), "
-              f"{len(report.rejected)} rejected file(s)")
+    out.print(
+        f"ingested {report.accepted} message(s), {report.duplicates} duplicate(s), "
+        f"{len(report.rejected)} rejected file(s)"
+    )
 
 
 @app.command()
 def ingest(
     path: Path,
-    history: Annotated[bool, typer.Option(help="import as past conversation: stored and indexed, "
-                                                "never answered")] = False,
+    history: Annotated[
+        bool, typer.Option(help="import as past conversation: stored and indexed, never answered")
+    ] = False,
 ) -> None:
     """Bulk import a .json/.jsonl file or a folder of them, with the inbox's validation."""
     settings = _ready()
@@ -112,6 +119,7 @@ def ingest(
 @app.command()
 def run(
     demo: Annotated[bool, typer.Option(help="load the bundled sample conversation first")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show Dagster's run log")] = False,
 ) -> None:
     """Run the main job in-process: ingest the inbox, answer everything, materialize memory."""
     settings = _ready()
@@ -130,8 +138,11 @@ def run(
 
     os.environ.update(dagster_env(settings))
     with DagsterInstance.get() as instance:
+        level = "DEBUG" if verbose else "WARNING"
         result = defs.resolve_job_def("cortex_main").execute_in_process(
-            instance=instance, raise_on_error=False
+            instance=instance,
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": level}}}},
         )
     replies = db.query_dicts("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [before])
     for reply in replies:
@@ -139,8 +150,10 @@ def run(
         out.print(reply["text"], markup=False, highlight=False)
     state = status(settings)
     out.print(f"bus: {state['bus']}", highlight=False)
-    out.print(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  "
-              f"database: {settings.paths.db}", highlight=False)
+    out.print(
+        f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}",
+        highlight=False,
+    )
     if not result.success:
         _fail(f"run {result.run_id} failed; see `cortex dev` → Runs for the logs", code=1)
 
@@ -157,8 +170,10 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
     out.print(f"outbox   {state['outbox']['waiting']} waiting")
     llm = state["llm"]
-    out.print(f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
-              f"{llm['output_tokens']} out tokens")
+    out.print(
+        f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
+        f"{llm['output_tokens']} out tokens"
+    )
 
 
 @app.command("outbox")
@@ -170,9 +185,18 @@ def outbox_cmd(
     settings = _ready()
     rows = outbox.waiting(Database(settings.paths.db), channel)
     if as_json:
-        _print_json([{"id": r["id"], "channel": r["channel"], "text": r["text"],
-                      "reply_to": r["reply_to"], "created_at": r["created_at"].isoformat() + "Z"}
-                     for r in rows])
+        _print_json(
+            [
+                {
+                    "id": r["id"],
+                    "channel": r["channel"],
+                    "text": r["text"],
+                    "reply_to": r["reply_to"],
+                    "created_at": r["created_at"].isoformat() + "Z",
+                }
+                for r in rows
+            ]
+        )
         return
     for r in rows:
         out.print(f"#{r['id']} [bold]{r['channel']}[/] ← #{r['reply_to']}: ", end="")
@@ -190,8 +214,9 @@ def dev(
     settings = _ready()
     workspace = settings.paths.dagster_home / "workspace.yaml"
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
-    out.print(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})",
-              highlight=False)
+    out.print(
+        f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})", highlight=False
+    )
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     try:
         raise typer.Exit(proc.wait())

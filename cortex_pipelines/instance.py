@@ -20,14 +20,15 @@ load_from:
 def init_home(settings: Settings) -> list[Path]:
     """Create the folders, migrate the database, install dagster.yaml. Safe to run again."""
     paths = settings.paths
-    for folder in (paths.inbox, paths.rejected, paths.outbox, paths.out, paths.dagster_home,
-                   paths.workspace):
+    for folder in (paths.inbox, paths.rejected, paths.outbox, paths.out, paths.dagster_home, paths.workspace):
         folder.mkdir(parents=True, exist_ok=True)
     Database(paths.db).migrate()
     written = []
     shipped = resources.files("cortex_pipelines").joinpath("dagster.yaml").read_text()
-    for target, body in ((paths.dagster_home / "dagster.yaml", shipped),
-                         (paths.dagster_home / "workspace.yaml", WORKSPACE_YAML)):
+    for target, body in (
+        (paths.dagster_home / "dagster.yaml", shipped),
+        (paths.dagster_home / "workspace.yaml", WORKSPACE_YAML),
+    ):
         if not target.exists() or target.read_text() != body:
             write_atomic(target, body)
             written.append(target)
@@ -36,13 +37,12 @@ def init_home(settings: Settings) -> list[Path]:
 
 def dagster_env(settings: Settings) -> dict[str, str]:
     """Environment for Dagster processes of this instance: its DAGSTER_HOME and CORTEX_HOME."""
-    return {**os.environ, "DAGSTER_HOME": str(settings.paths.dagster_home),
-            "CORTEX_HOME": str(settings.home)}
+    return {**os.environ, "DAGSTER_HOME": str(settings.paths.dagster_home), "CORTEX_HOME": str(settings.home)}
 
 
 def status(settings: Settings) -> dict:
     db = Database(settings.paths.db)
-    seen = {s["channel"] for s in channel_states(db)}
+    seen = {s["channel"] for s in db.run(channel_states)}
     seen |= {r[0] for r in db.query("SELECT DISTINCT channel FROM bus")}
     channels = sorted(seen | set(settings.channel_modes))
     return {

@@ -4,6 +4,9 @@
 2 foreground: the trigger channel's recent turns (soft cap N messages / T tokens)
 3 background: one line per other active channel
 4 archived: nothing
+
+Everything is read in the caller's one transaction: opening DuckDB costs ~25 ms, so the brain
+does its reads for a message in a single short connection.
 """
 
 from __future__ import annotations
@@ -13,10 +16,16 @@ from datetime import timedelta
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
-from cortex_pipelines.storage import Database, utcnow
 from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.bus import BusMessage, unshown_failures
-from cortex_pipelines.storage.session import Turn, channel_history, channel_states, pins
+from cortex_pipelines.storage.session import (
+    Turn,
+    channel_history,
+    channel_states,
+    last_user_text,
+    pins,
+)
 
 WORKSPACE_FILES = ("SOUL.md", "IDENTITY.md", "USER.md", "MEMORY.md")
 SILENCE = "[silence]"
@@ -43,14 +52,12 @@ def _header(turn: Turn) -> str:
     return f"[{turn.channel} · {turn.sender or 'unknown'} · {turn.ts:%Y-%m-%d %H:%M}]"
 
 
-def _read_workspace(settings: Settings, budget_chars: int) -> list[str]:
+def _read_workspace(settings: Settings) -> list[str]:
     parts = []
     for name in WORKSPACE_FILES:
         path = settings.paths.workspace / name
         if path.is_file():
             body = path.read_text(encoding="utf-8", errors="replace").strip()
-            if len(body) > budget_chars:
-                body = body[:budget_chars] + "\n[…truncated]"
             if body:
                 parts.append(f"## {name}\n{body}")
     return parts
@@ -71,66 +78,63 @@ def _ops_section(ops: list[dict]) -> str:
     return "## Active operations\n" + "\n".join(lines)
 
 
-def assemble(db: Database, settings: Settings, msg: BusMessage, inbound_session_id: int) -> Context:
+def _failures_section(failures: list[dict]) -> str:
+    return "## Messages that could not be answered\n" + "\n".join(
+        f"[FAILED MESSAGE] #{f['id']} on {f['channel']}: “{f['text'][:120]}” — {f['error']}. "
+        "Tell the user this message was not handled."
+        for f in failures
+    )
+
+
+def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) -> Context:
     budget = settings.context_total_tokens
-    floor: list[str] = [PREAMBLE]
-    floor += _read_workspace(settings, budget_chars=budget)  # clipped again below
 
-    def read_floor_state(con):
-        return ops_store.visible(con), unshown_failures(con)
-
-    ops, failures = db.run(read_floor_state)
+    # Layer 1: the system floor.
+    floor: list[str] = [PREAMBLE, *_read_workspace(settings)]
+    ops = ops_store.visible(con)
+    failures = unshown_failures(con)
     if ops:
         floor.append(_ops_section(ops))
     if failures:
-        floor.append(
-            "## Messages that could not be answered\n"
-            + "\n".join(
-                f"[FAILED MESSAGE] #{f['id']} on {f['channel']}: “{f['text'][:120]}” — {f['error']}. "
-                "Tell the user this message was not handled."
-                for f in failures
-            )
-        )
-    pinned = pins(db)
+        floor.append(_failures_section(failures))
+    pinned = pins(con)
     if pinned:
         floor.append(
             "## Pinned (working memory)\n"
             + "\n".join(f"- {p['label'] + ': ' if p['label'] else ''}{p['text']}" for p in pinned)
         )
     system = "\n\n".join(floor)
-    floor_tokens = estimate_tokens(system)
-    if floor_tokens > budget // 2:  # the floor may never starve the conversation
+    if estimate_tokens(system) > budget // 2:  # the floor may never starve the conversation
         system = system[: (budget // 2) * 4] + "\n[…system floor truncated]"
-        floor_tokens = estimate_tokens(system)
+    floor_tokens = estimate_tokens(system)
 
     # Layer 3: background — one line per other channel active within the idle cutoff.
     cutoff = utcnow() - timedelta(hours=settings.background_idle_hours)
     background = []
-    for state in channel_states(db):
+    for state in channel_states(con):
+        last_at = state["last_message_at"]
         if state["channel"] == msg.channel or state["layer"] == "archived":
             continue
-        if state["last_message_at"] is None or state["last_message_at"] < cutoff:
+        if last_at is None or last_at < cutoff:
             continue
         summary = state["summary"]
         if not summary:
-            last = channel_history(db, state["channel"], 1)
-            summary = f"last said: {last[0].content[:100]}" if last else "no messages"
-        background.append(f"[{state['channel']}] {summary} (last: {state['last_message_at']:%Y-%m-%d %H:%M})")
+            said = last_user_text(con, state["channel"])
+            summary = f"user said: {' '.join(said.split())[:100]}" if said else "no messages"
+        background.append(f"[{state['channel']}] {summary} (last: {last_at:%Y-%m-%d %H:%M})")
     background_text = ""
     if background:
-        background_text = "## Other channels\n" + "\n".join(background)
         room = max(0, budget - floor_tokens - settings.foreground_max_tokens) * 4
-        background_text = background_text[:room]
+        background_text = ("## Other channels\n" + "\n".join(background))[:room]
     if background_text:
         system = f"{system}\n\n{background_text}"
 
     # Layer 2: foreground — newest turns of the trigger channel up to and including the trigger.
-    remaining = budget - estimate_tokens(system)
-    fg_budget = max(200, min(settings.foreground_max_tokens, remaining))
+    fg_budget = max(200, min(settings.foreground_max_tokens, budget - estimate_tokens(system)))
     turns = [
         t
         for t in channel_history(
-            db, msg.channel, settings.foreground_max_messages, before_id=inbound_session_id + 1
+            con, msg.channel, settings.foreground_max_messages, before_id=inbound_session_id + 1
         )
         if t.content != SILENCE
     ]
@@ -143,10 +147,9 @@ def assemble(db: Database, settings: Settings, msg: BusMessage, inbound_session_
         chosen.append(turn)
         used += cost
     chosen.reverse()
-    messages = _to_messages(chosen)
     return Context(
         system=system,
-        messages=messages,
+        messages=_to_messages(chosen),
         shown_op_ids=[op["id"] for op in ops],
         shown_failure_ids=[f["id"] for f in failures],
         layer_tokens={

@@ -55,6 +55,11 @@ def route(output: Output, settings: Settings) -> Routed:
     return routed
 
 
+def _heartbeat_and_claim(con) -> BusMessage | None:
+    lease.heartbeat(con)
+    return bus.claim_next(con)
+
+
 class Brain:
     def __init__(self, db: Database, settings: Settings, llm: LLMClient, log: Log = lambda _: None):
         self.db, self.settings, self.llm, self.log = db, settings, llm, log
@@ -66,12 +71,11 @@ class Brain:
         try:
             self._startup_cleanup(report)
             while max_messages is None or report.processed < max_messages:
-                msg = bus.claim_next(self.db)
+                msg = self.db.run(_heartbeat_and_claim)
                 if msg is None:
                     break
                 report.processed += 1
                 self._process(msg, report)
-                lease.heartbeat(self.db)
         finally:
             lease.release(self.db)
             outbox.export_files(self.db, self.settings.paths)
@@ -100,15 +104,15 @@ class Brain:
             report.skipped += 1
             return
 
-        def record_inbound(con):
+        def begin_turn(con):
+            """Steps 3–4 in one short transaction: record the inbound turn, build the context."""
             session_id = append_inbound(con, msg)
             op = None
             if msg.channel == "router":
                 op = ops_store.complete_from_message(con, msg.text, msg.metadata)
-            return session_id, op
+            return assemble(con, self.settings, msg, session_id), op
 
-        session_id, completed_op = self.db.run(record_inbound)
-        context = assemble(self.db, self.settings, msg, session_id)
+        context, completed_op = self.db.run(begin_turn)
         hints = {
             "channel": msg.channel,
             "sender": msg.sender,

@@ -102,7 +102,7 @@ class ToolRunner:
         ]
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
-        turns = channel_history(self.db, args.channel, args.limit, args.before_id)
+        turns = self.db.run(channel_history, args.channel, args.limit, args.before_id)
         return [
             {
                 "id": t.id,

@@ -28,6 +28,10 @@ SUFFIXES = (".json", ".jsonl")
 _SETTLE_S = 2.0  # a file this fresh that fails to parse may still be being written
 
 
+class UnparsableFile(EnvelopeError):
+    """Not valid JSON: possibly a file a naive connector is still writing."""
+
+
 @dataclass
 class FileOutcome:
     path: Path
@@ -71,12 +75,12 @@ def _decode_values(path: Path, data: bytes) -> list[object]:
                     try:
                         values.append(json.loads(line))
                     except json.JSONDecodeError as exc:
-                        raise EnvelopeError(f"line {n}: invalid JSON: {exc.msg}") from None
+                        raise UnparsableFile(f"line {n}: invalid JSON: {exc.msg}") from None
             return values
         try:
             return [json.loads(text)]
         except json.JSONDecodeError as exc:
-            raise EnvelopeError(f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+            raise UnparsableFile(f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
         raise EnvelopeError("JSON nested too deeply") from None
 
@@ -166,7 +170,7 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
                 fresh = time.time() - os.lstat(path).st_mtime < _SETTLE_S
             except FileNotFoundError:
                 continue
-            if fresh and "JSON" in outcome.error:
+            if fresh and isinstance(exc, UnparsableFile):
                 outcome.deferred = True  # probably still being written; look again next pass
                 continue
             _reject(path, outcome.error, settings, folder or "_root")

@@ -60,9 +60,7 @@ def inbox_sensor(context: SensorEvaluationContext, cortex: CortexResource):
         return SensorResult(
             skip_reason=SkipReason("no messages waiting"), asset_events=events, cursor=json.dumps(cursor)
         )
-    active = context.instance.get_runs(
-        filters=RunsFilter(tags=BRAIN_LANE, statuses=_ACTIVE), limit=1
-    )
+    active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=_ACTIVE), limit=1)
     if active:
         return SensorResult(
             skip_reason=SkipReason(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus"),

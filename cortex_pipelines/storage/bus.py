@@ -92,28 +92,24 @@ _MESSAGE_COLUMNS = (
 )
 
 
-def claim_next(db: Database) -> BusMessage | None:
+def claim_next(con) -> BusMessage | None:
     """Take the next due message (urgent > normal > background, FIFO within a tier)."""
-
-    def claim(con):
-        now = utcnow()
-        row = con.execute(
-            f"""
-            SELECT {_MESSAGE_COLUMNS} FROM bus
-            WHERE state = 'pending' AND (not_before IS NULL OR not_before <= ?)
-            ORDER BY priority_rank, id LIMIT 1
-            """,
-            [now],
-        ).fetchone()
-        if row is None:
-            return None
-        con.execute(
-            "UPDATE bus SET state = 'processing', attempts = attempts + 1, started_at = ? WHERE id = ?",
-            [now, row[0]],
-        )
-        return _to_message((*row[:-1], row[-1] + 1))
-
-    return db.run(claim)
+    now = utcnow()
+    row = con.execute(
+        f"""
+        SELECT {_MESSAGE_COLUMNS} FROM bus
+        WHERE state = 'pending' AND (not_before IS NULL OR not_before <= ?)
+        ORDER BY priority_rank, id LIMIT 1
+        """,
+        [now],
+    ).fetchone()
+    if row is None:
+        return None
+    con.execute(
+        "UPDATE bus SET state = 'processing', attempts = attempts + 1, started_at = ? WHERE id = ?",
+        [now, row[0]],
+    )
+    return _to_message((*row[:-1], row[-1] + 1))
 
 
 def recover_interrupted(con) -> list[int]:

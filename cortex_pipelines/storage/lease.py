@@ -54,12 +54,10 @@ def acquire(db: Database, holder: str, timeout_s: float) -> bool:
     return db.run(take)
 
 
-def heartbeat(db: Database) -> None:
-    db.run(
-        lambda con: con.execute(
-            "UPDATE brain_lease SET heartbeat_at = ? WHERE name = ? AND pid = ? AND host = ?",
-            [utcnow(), NAME, os.getpid(), socket.gethostname()],
-        )
+def heartbeat(con) -> None:
+    con.execute(
+        "UPDATE brain_lease SET heartbeat_at = ? WHERE name = ? AND pid = ? AND host = ?",
+        [utcnow(), NAME, os.getpid(), socket.gethostname()],
     )
 
 

@@ -63,6 +63,12 @@ def complete_from_message(con, text: str, metadata: dict) -> dict | None:
         "WHERE id = ? AND status = 'pending' RETURNING id, description, expected_channel, result",
         [utcnow(), text, str(op_id)],
     ).fetchone()
+    if row is None:  # a recovered router message: its op was completed on the earlier attempt
+        row = con.execute(
+            "SELECT id, description, expected_channel, result FROM pending_ops "
+            "WHERE id = ? AND status = 'completed' AND result = ?",
+            [str(op_id), text],
+        ).fetchone()
     if row is None:
         return None
     return dict(zip(("id", "description", "expected_channel", "result"), row, strict=True))

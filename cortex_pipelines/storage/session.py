@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
 
 
 @dataclass(frozen=True)
@@ -94,30 +94,40 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
     return result
 
 
-def channel_history(db: Database, channel: str, limit: int, before_id: int | None = None) -> list[Turn]:
+def channel_history(con, channel: str, limit: int, before_id: int | None = None) -> list[Turn]:
     """The newest `limit` turns of one channel, oldest first."""
-    rows = db.query(
+    rows = con.execute(
         f"""
         SELECT {_TURN_COLUMNS} FROM session
         WHERE channel = ? AND (? IS NULL OR id < ?)
         ORDER BY ts DESC, id DESC LIMIT ?
         """,
         [channel, before_id, before_id, limit],
-    )
+    ).fetchall()
     return [Turn(*r) for r in reversed(rows)]
 
 
-def channel_states(db: Database) -> list[dict]:
-    return db.query_dicts(
-        "SELECT channel, last_message_at, unread_count, summary, layer FROM channel_states "
-        "ORDER BY last_message_at DESC NULLS LAST"
+def last_user_text(con, channel: str) -> str | None:
+    row = con.execute(
+        "SELECT content FROM session WHERE channel = ? AND role = 'user' ORDER BY ts DESC, id DESC LIMIT 1",
+        [channel],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _dicts(cur) -> list[dict]:
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def channel_states(con) -> list[dict]:
+    return _dicts(
+        con.execute(
+            "SELECT channel, last_message_at, unread_count, summary, layer FROM channel_states "
+            "ORDER BY last_message_at DESC NULLS LAST"
+        )
     )
 
 
-def last_turn(db: Database, channel: str) -> Turn | None:
-    turns = channel_history(db, channel, 1)
-    return turns[0] if turns else None
-
-
-def pins(db: Database) -> list[dict]:
-    return db.query_dicts("SELECT id, label, text, created_at FROM pins ORDER BY id")
+def pins(con) -> list[dict]:
+    return _dicts(con.execute("SELECT id, label, text, created_at FROM pins ORDER BY id"))
