@@ -83,7 +83,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_file = cortex_home() / "config.toml"
+        explicit_home = getattr(init_settings, "init_kwargs", {}).get("home")
+        toml_file = cortex_home(explicit_home) / "config.toml"
         return (
             init_settings,
             env_settings,

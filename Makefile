@@ -1,0 +1,29 @@
+# The two quick-start commands: `make demo` and `make test`. Both install what they need.
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint dev
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first and pinned: an unpinned resolve pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/cortex run --demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+dev: $(STAMP)
+	$(VENV)/bin/cortex dev
