@@ -28,8 +28,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Cortex: the memory brain of your personal agent.",
 )
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(reason: str, code: int = 2) -> None:
