@@ -70,6 +70,27 @@ class Settings(BaseSettings):
     lease_timeout_s: float = Field(900.0, gt=0)
     op_deadline_hours: float = Field(24.0, gt=0)
 
+    # Memory (seeds 000, 001, 002, 004)
+    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    embedding_batch_size: int = Field(64, ge=1)
+    extraction_every_turns: int = Field(6, ge=1)
+    dedupe_cosine: float = Field(0.95, gt=0, le=1)
+    hot_cap: int = Field(500, ge=1)
+    cold_after_days: float = Field(14.0, gt=0)
+    cold_min_hits: int = Field(3, ge=0)
+    decay_factor: float = Field(0.95, gt=0, le=1)
+    decay_after_days: float = Field(30.0, ge=0)
+    decay_floor: float = Field(0.05, ge=0, le=1)
+    prune_threshold: float = Field(0.1, ge=0, le=1)
+    prune_min_age_days: float = Field(30.0, ge=0)
+    merge_cosine: float = Field(0.95, gt=0, le=1)
+    consolidate_cosine: float = Field(0.9, gt=0, le=1)
+    op_archive_days: float = Field(7.0, ge=0)
+    compaction_idle_minutes: float = Field(60.0, ge=0)
+    recency_half_life_hours: float = Field(48.0, gt=0)
+    vector_index_min_rows: int = Field(10_000, ge=256)
+
     # Ingest limits
     max_text_bytes: int = Field(64 * 1024, ge=1)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
+from cortex_pipelines.memory.store import hot_for_floor
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.bus import BusMessage, unshown_failures
@@ -43,6 +44,7 @@ Never state facts you were not told or did not retrieve."""
 class Context:
     system: str
     messages: list[dict]
+    session_id: int
     shown_op_ids: list[str] = field(default_factory=list)
     shown_failure_ids: list[int] = field(default_factory=list)
     layer_tokens: dict[str, int] = field(default_factory=dict)
@@ -97,6 +99,12 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
         floor.append(_ops_section(ops))
     if failures:
         floor.append(_failures_section(failures))
+    known = hot_for_floor(con, settings.known_facts_in_floor)
+    if known:
+        floor.append(
+            "## Known facts (from what the user said; fact ids for memory_edit / memory_forget)\n"
+            + "\n".join(f"- [{f['id']}] {f['text']}" for f in known)
+        )
     pinned = pins(con)
     if pinned:
         floor.append(
@@ -150,6 +158,7 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
     return Context(
         system=system,
         messages=_to_messages(chosen),
+        session_id=inbound_session_id,
         shown_op_ids=[op["id"] for op in ops],
         shown_failure_ids=[f["id"] for f in failures],
         layer_tokens={

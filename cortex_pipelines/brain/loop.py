@@ -142,7 +142,7 @@ class Brain:
 
     def _converse(self, msg: BusMessage, context: Context, hints: dict, report: DrainReport) -> LLMResponse:
         messages = list(context.messages)
-        runner = ToolRunner(self.db, self.settings, msg)
+        runner = ToolRunner(self.db, self.settings, msg, context.session_id)
         rounds = self.settings.max_tool_rounds
         for round_no in range(rounds + 1):
             request = LLMRequest(

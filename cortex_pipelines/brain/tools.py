@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.llm.base import ToolCall, ToolSpec
+from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
@@ -32,6 +33,18 @@ class FetchHistoryInput(BaseModel):
     channel: str = Field(pattern=CHANNEL_PATTERN)
     limit: int = Field(20, ge=1, le=100)
     before_id: int | None = None
+
+
+class ForgetInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_id: int
+    reason: str = Field("the user asked to forget it", max_length=500)
+
+
+class EditInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_id: int
+    text: str = Field(min_length=3, max_length=1000)
 
 
 class SpawnInput(BaseModel):
@@ -59,6 +72,17 @@ TOOLS = [
         FetchHistoryInput,
     ),
     _spec(
+        "memory_forget",
+        "Forget a remembered fact (by fact_id from memory_query) when the user says it is wrong or "
+        "asks you to forget it. The fact is kept for audit but never recalled again.",
+        ForgetInput,
+    ),
+    _spec(
+        "memory_edit",
+        "Correct a remembered fact: the new text replaces it and keeps its sources.",
+        EditInput,
+    ),
+    _spec(
         "sessions_spawn",
         "Delegate a longer task to a worker agent. Returns an operation id at once; the result "
         "arrives later as a message on the router channel.",
@@ -74,12 +98,15 @@ class ToolRunner:
     db: Database
     settings: Settings
     message: BusMessage
+    session_id: int  # the inbound turn, never returned as its own memory
 
     def run(self, call: ToolCall) -> tuple[str, bool]:
         """Return (content, is_error) for a tool_result block."""
         handler = {
             "memory_query": (MemoryQueryInput, self._memory_query),
             "fetch_chat_history": (FetchHistoryInput, self._fetch_history),
+            "memory_forget": (ForgetInput, self._forget),
+            "memory_edit": (EditInput, self._edit),
             "sessions_spawn": (SpawnInput, self._spawn),
         }.get(call.name)
         if handler is None:
@@ -97,9 +124,19 @@ class ToolRunner:
         return [
             hit.as_dict()
             for hit in recall(
-                self.db, self.settings, args.query, k=args.limit, exclude_bus_ids={self.message.id}
+                self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id}
             )
         ]
+
+    def _forget(self, args: ForgetInput) -> dict[str, Any]:
+        done = self.db.run(memory_store.forget, args.fact_id, f"brain: {args.reason}")
+        return {"fact_id": args.fact_id, "forgotten": done}
+
+    def _edit(self, args: EditInput) -> dict[str, Any]:
+        new_id = self.db.run(memory_store.edit, args.fact_id, args.text)
+        if new_id is None:
+            return {"fact_id": args.fact_id, "error": "no active fact with that id"}
+        return {"fact_id": new_id, "replaces": args.fact_id}
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
         turns = self.db.run(channel_history, args.channel, args.limit, args.before_id)

@@ -1,110 +1,67 @@
-"""memory_query: find what the user said before, with the ids of the messages it came from.
+"""memory_query: hybrid retrieval over hot facts, cold facts and episodic messages.
 
-Interim implementation: keyword scoring over the user's own session turns in DuckDB. Only user
-turns are searched, so the agent's replies (which may quote recalled memory) never feed back.
+For each LanceDB table a vector search and a full-text search are fused with reciprocal rank
+fusion; the fused score is then weighted by recency, importance, hit count and decay. Session
+turns not yet indexed (the tail since the last episodic run) are searched by keywords in DuckDB,
+so what was said a minute ago is found too. Every hit carries the session ids it came from.
+Side effects, as in seed 000: a returned hot fact counts a hit; a returned cold fact is promoted.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.storage import Database
+from cortex_pipelines.memory import store
+from cortex_pipelines.memory.embedder import get_embedder
+from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.storage import Database, utcnow
 
+RRF_K = 60
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 _STOP = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "how",
-        "i",
-        "i'm",
-        "in",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "should",
-        "so",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "about",
-        "any",
-        "some",
-        "please",
-        "tell",
-        "know",
-        "remember",
-    ]
+    """a an and are as at be but by can could did do does for from had has have how i i'm in is it
+    its me my of on or our should so that the their them then there these they this to was we
+    were what when where which who why will with would you your about any some please tell
+    know remember""".split()  # noqa: SIM905 - a word list reads better as prose
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Hit:
     text: str
     score: float
-    tier: str
+    tier: str  # hot | cold | episodic
     sources: list[int]
     channel: str | None = None
     at: datetime | None = None
-    extra: dict = field(default_factory=dict)
+    fact_id: int | None = None
+    category: str | None = None
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "text": self.text,
-            "score": round(self.score, 4),
+            "score": round(self.score, 6),
             "tier": self.tier,
             "sources": self.sources,
             "channel": self.channel,
             "date": self.at.date().isoformat() if self.at else None,
-            **self.extra,
         }
+        if self.fact_id is not None:
+            out["fact_id"] = self.fact_id
+            out["category"] = self.category
+        return out
+
+
+@dataclass
+class _Candidate:
+    row: dict
+    rrf: float = 0.0
+    ranks: dict = field(default_factory=dict)
 
 
 def keywords(text: str) -> list[str]:
@@ -112,26 +69,153 @@ def keywords(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _STOP))
 
 
-def recall(
-    db: Database, settings: Settings, query: str, k: int = 5, exclude_bus_ids: set[int] = frozenset()
-) -> list[Hit]:
+def _fuse(lists: list[list[dict]]) -> dict[int, _Candidate]:
+    fused: dict[int, _Candidate] = {}
+    for results in lists:
+        for rank, row in enumerate(results):
+            cand = fused.setdefault(int(row["id"]), _Candidate(row))
+            cand.rrf += 1.0 / (RRF_K + rank + 1)
+    return fused
+
+
+def _weight(
+    rrf: float,
+    at: datetime | None,
+    importance: float,
+    hits: int,
+    decay: float,
+    half_life_h: float,
+    now: datetime,
+) -> float:
+    age_h = max(0.0, (now - at).total_seconds() / 3600) if at else 1e6
+    recency = math.exp(-age_h * math.log(2) / half_life_h)
+    signal = 1.0 + 0.15 * recency + 0.25 * (importance - 1) / 2 + 0.1 * math.log1p(hits)
+    return rrf * signal * decay
+
+
+def _tail_keyword_hits(db: Database, query: str, after_id: int, exclude: set[int], k: int) -> list[Hit]:
     terms = keywords(query)[:16]
     if not terms:
         return []
-    # Score: distinct query terms a turn contains (prefix match on word starts), newest first on ties.
     clauses = " + ".join(["(regexp_matches(lower(content), ?))::INT"] * len(terms))
-    params: list = [rf"\b{re.escape(t)}" for t in terms]
     rows = db.query(
         f"""
         SELECT id, channel, content, ts, score FROM (
-            SELECT id, channel, content, ts, bus_id, ({clauses}) AS score FROM session
-            WHERE role = 'user'
-        ) WHERE score > 0 AND (bus_id IS NULL OR NOT list_contains(?, bus_id))
+            SELECT id, channel, content, ts, ({clauses}) AS score FROM session
+            WHERE role = 'user' AND id > ?
+        ) WHERE score > 0 AND NOT list_contains(?, id)
         ORDER BY score DESC, ts DESC LIMIT ?
         """,
-        [*params, sorted(exclude_bus_ids), k],
+        [*[rf"\b{re.escape(t)}" for t in terms], after_id, sorted(exclude), k],
     )
     return [
-        Hit(text=content, score=score / len(terms), tier="episodic", sources=[sid], channel=ch, at=ts)
-        for sid, ch, content, ts, score in rows
+        Hit(text, 1.0 / (RRF_K + n + 1) * score / len(terms), "episodic", [sid], ch, ts)
+        for n, (sid, ch, text, ts, score) in enumerate(rows)
     ]
+
+
+def recall(
+    db: Database,
+    settings: Settings,
+    query: str,
+    k: int = 5,
+    exclude_sources: set[int] = frozenset(),
+    touch: bool = True,
+    vectors: VectorStore | None = None,
+) -> list[Hit]:
+    """The top-k memories for a query, each with its source message ids."""
+    query = query.strip()
+    if not query:
+        return []
+    vectors = vectors or VectorStore(settings.paths.lance)
+    now = utcnow()
+    pool = max(25, k * 5)
+    hits: list[Hit] = []
+    if vectors.exists(SEMANTIC) or vectors.exists(EPISODIC):
+        embedder = get_embedder(
+            settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
+        )
+        qvec = embedder.encode([query])[0]
+        facts = _fuse(
+            [
+                vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'"),
+                vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
+            ]
+        )
+        meta = {}
+        if facts:
+            ids = list(facts)
+            meta = {
+                r["id"]: r
+                for r in db.query_dicts(
+                    "SELECT id, tier, status, hit_count, decay, importance, last_accessed_at, stated_at "
+                    "FROM facts WHERE id IN (SELECT unnest(?))",
+                    [ids],
+                )
+            }
+        for fact_id, cand in facts.items():
+            info = meta.get(fact_id)
+            if info is None or info["status"] != "active":
+                continue  # LanceDB lags DuckDB: DuckDB is the truth
+            row = cand.row
+            score = _weight(
+                cand.rrf,
+                info["stated_at"],
+                info["importance"],
+                info["hit_count"],
+                info["decay"],
+                settings.recency_half_life_hours,
+                now,
+            )
+            hits.append(
+                Hit(
+                    row["text"],
+                    score,
+                    info["tier"],
+                    list(row["sources"]),
+                    row["channel"],
+                    info["stated_at"],
+                    fact_id,
+                    row["category"],
+                )
+            )
+        where = "role = 'user'"
+        if exclude_sources:
+            where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
+        episodes = _fuse(
+            [
+                vectors.vector_search(EPISODIC, qvec, pool, where),
+                vectors.text_search(EPISODIC, query, pool, where),
+            ]
+        )
+        for cand in episodes.values():
+            row = cand.row
+            score = _weight(cand.rrf, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
+            hits.append(
+                Hit(row["text"], score, "episodic", list(row["sources"]), row["channel"], row["stated_at"])
+            )
+    indexed_upto = db.run(store.get_cursor, EPISODIC_CURSOR)
+    hits += _tail_keyword_hits(db, query, indexed_upto, set(exclude_sources), pool)
+    hits.sort(key=lambda h: h.score, reverse=True)
+    top = hits[:k]
+    if touch:
+        _touch_and_promote(db, vectors, top)
+    return top
+
+
+def _touch_and_promote(db: Database, vectors: VectorStore, hits: list[Hit]) -> None:
+    hot = [h.fact_id for h in hits if h.tier == "hot" and h.fact_id is not None]
+    cold = [h.fact_id for h in hits if h.tier == "cold" and h.fact_id is not None]
+    if not hot and not cold:
+        return
+
+    def apply(con):
+        store.touch(con, hot + cold)
+        store.set_tier(con, cold, "hot", reason="recalled")
+
+    db.run(apply)
+    if cold:
+        vectors.update(SEMANTIC, cold, {"tier": "hot"})
+        for hit in hits:
+            if hit.fact_id in cold:
+                hit.tier = "hot"

@@ -116,4 +116,51 @@ V1 = [
     )""",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1)]
+V2 = [
+    # Facts: hot memory lives here; cold facts keep their row (provenance, audit) but are only
+    # searched through LanceDB. Nothing is ever deleted: status moves to superseded or forgotten.
+    "CREATE SEQUENCE fact_seq START 1",
+    """CREATE TABLE facts (
+        id BIGINT PRIMARY KEY DEFAULT nextval('fact_seq'),
+        text VARCHAR NOT NULL,
+        norm_hash VARCHAR NOT NULL,
+        category VARCHAR NOT NULL,
+        importance DOUBLE NOT NULL,
+        tier VARCHAR NOT NULL DEFAULT 'hot',
+        status VARCHAR NOT NULL DEFAULT 'active',
+        superseded_by BIGINT,
+        sources BIGINT[] NOT NULL,
+        channels VARCHAR[] NOT NULL,
+        origin VARCHAR NOT NULL,
+        stated_at TIMESTAMP NOT NULL,
+        created_at TIMESTAMP NOT NULL,
+        updated_at TIMESTAMP NOT NULL,
+        last_accessed_at TIMESTAMP,
+        hit_count INTEGER NOT NULL DEFAULT 0,
+        decay DOUBLE NOT NULL DEFAULT 1.0,
+        indexed_at TIMESTAMP
+    )""",
+    "CREATE SEQUENCE fact_event_seq START 1",
+    """CREATE TABLE fact_events (
+        id BIGINT PRIMARY KEY DEFAULT nextval('fact_event_seq'),
+        fact_id BIGINT NOT NULL,
+        happened_at TIMESTAMP NOT NULL,
+        action VARCHAR NOT NULL,
+        detail JSON
+    )""",
+    """CREATE TABLE cursors (
+        name VARCHAR PRIMARY KEY,
+        value BIGINT NOT NULL,
+        updated_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE topic_summaries (
+        topic VARCHAR PRIMARY KEY,
+        channel VARCHAR NOT NULL,
+        summary VARCHAR NOT NULL,
+        sources BIGINT[] NOT NULL,
+        updated_at TIMESTAMP NOT NULL
+    )""",
+    "ALTER TABLE pending_ops ADD COLUMN archived_at TIMESTAMP",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2)]

@@ -1,0 +1,172 @@
+"""Fact extraction from what the user said, never from what was injected.
+
+Rule 2 of DESIGN.md: a memory system that extracts from its own boot context, bulletin or recalled
+memories grows copies of its own hallucinations. So only user turns are read, quoted and fenced
+text is dropped, and any sentence that appears in a published file (out/*.md) or in one of the
+agent's own replies is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from cortex_pipelines.llm.base import LLMClient, LLMRequest
+from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
+from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_FENCE = re.compile(r"```.*?```", re.S)
+_ANNOTATION = re.compile(
+    r"[\(\[][^\)\]]*\b(src|sources?|msg|messages?|importance|hits?)\b[^\)\]]*[\)\]]", re.I
+)
+_MIN_CHARS, _MAX_CHARS = 12, 400
+SKIP_CHANNELS = frozenset({"cron", "router"})  # synthetic prompts and delegated results
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    id: int
+    channel: str
+    text: str
+    ts: object
+
+
+class InjectedText:
+    """Everything the system itself wrote, normalized, to recognise it when quoted back."""
+
+    def __init__(self, texts: Iterable[str]):
+        lines = set()
+        for text in texts:
+            for piece in _SENTENCE.split(_ANNOTATION.sub(" ", text)):
+                norm = normalize(piece.lstrip("#->*• ").strip())
+                if len(norm) >= _MIN_CHARS:
+                    lines.add(norm)
+        self._corpus = "\n".join(sorted(lines))
+        self._lines = lines
+
+    @classmethod
+    def from_outputs(cls, out_dir: Path, extra: Iterable[str] = ()) -> InjectedText:
+        texts = list(extra)
+        if out_dir.is_dir():
+            texts += [p.read_text(encoding="utf-8", errors="replace") for p in sorted(out_dir.glob("*.md"))]
+        return cls(texts)
+
+    def contains(self, sentence: str) -> bool:
+        """True when the sentence is injected text, or quotes a line of it."""
+        norm = normalize(sentence)
+        if len(norm) < _MIN_CHARS:
+            return False
+        if norm in self._lines or norm in self._corpus:
+            return True
+        return any(line in norm for line in self._lines if len(line) >= 20)
+
+
+def own_text(text: str) -> str:
+    """The part of a message the user wrote: without fenced code and `>` quoted lines."""
+    text = _FENCE.sub(" ", text)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(">"))
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(own_text(text)) if s.strip()]
+
+
+def clean_fact(sentence: str) -> str:
+    text = LEADING_FILLER.sub("", sentence).strip().strip("\"“”'")
+    return text[:1].upper() + text[1:] if text else text
+
+
+def extract_offline(turns: list[SourceTurn], injected: InjectedText) -> list[FactDraft]:
+    drafts = []
+    for turn in turns:
+        if turn.channel in SKIP_CHANNELS:
+            continue
+        for sentence in sentences(turn.text):
+            if not (_MIN_CHARS <= len(sentence) <= _MAX_CHARS) or injected.contains(sentence):
+                continue
+            found = classify(sentence)
+            if found is None:
+                continue
+            text = clean_fact(sentence)
+            if len(text) < _MIN_CHARS:
+                continue
+            category, importance = found
+            drafts.append(FactDraft(text, category, importance, (turn.id,), (turn.channel,), turn.ts))
+    return drafts
+
+
+class _LLMFact(BaseModel):
+    text: str = Field(min_length=3, max_length=_MAX_CHARS)
+    category: str
+    importance: int = Field(2, ge=1, le=3)
+    source_ids: list[int] = Field(min_length=1)
+
+
+EXTRACTION_SYSTEM = """You extract durable memories from a conversation between a user and their \
+agent. Return only a JSON array of objects {"text", "category", "importance", "source_ids"}:
+- text: one self-contained statement about the user or their world, in the user's terms;
+- category: one of fact, decision, preference, insight, identity, event, goal;
+- importance: 1 routine, 2 useful, 3 critical or identity;
+- source_ids: the ids of the turns it comes from (at least one).
+Skip greetings, small talk, questions, and anything already in the known memories. Never extract \
+from quoted text or from text the agent wrote. Return [] when nothing is new."""
+
+
+def extraction_request(turns: list[SourceTurn], known: list[str]) -> LLMRequest:
+    memory = "\n".join(f"- {k}" for k in known) or "(none)"
+    convo = "\n".join(f"[{t.id}] ({t.channel}) {own_text(t.text)}" for t in turns)
+    return LLMRequest(
+        system=EXTRACTION_SYSTEM,
+        messages=[{"role": "user", "content": f"Known memories:\n{memory}\n\nTurns:\n{convo}"}],
+        purpose="extraction",
+        max_tokens=1500,
+    )
+
+
+def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -> list[FactDraft]:
+    """Validate the model's JSON; facts without a real source or quoting injected text are dropped."""
+    start, end = raw.find("["), raw.rfind("]")
+    if start < 0 or end <= start:
+        return []
+    try:
+        items = json.loads(raw[start : end + 1])
+    except json.JSONDecodeError:
+        return []
+    by_id = {t.id: t for t in turns}
+    drafts = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            fact = _LLMFact.model_validate(item)
+        except ValidationError:
+            continue
+        sources = tuple(sorted({i for i in fact.source_ids if i in by_id}))
+        if not sources or injected.contains(fact.text):
+            continue
+        category = fact.category if fact.category in CATEGORIES else "fact"
+        channels = tuple(sorted({by_id[i].channel for i in sources}))
+        drafts.append(
+            FactDraft(
+                fact.text.strip(),
+                category,
+                fact.importance,
+                sources,
+                channels,
+                max(by_id[i].ts for i in sources),
+            )
+        )
+    return drafts
+
+
+def extract_with_llm(llm: LLMClient, turns: list[SourceTurn], known: list[str], injected: InjectedText):
+    """Returns (drafts, response) so the caller can record usage."""
+    usable = [t for t in turns if t.channel not in SKIP_CHANNELS]
+    if not usable:
+        return [], None
+    response = llm.complete(extraction_request(usable, known))
+    return parse_llm_facts(response.text, usable, injected), response

@@ -1,0 +1,73 @@
+"""Capture patterns for the offline extractor, as data: add a language by adding rows.
+
+Each row is (language, category, importance 1–3, regex). Sources: seed 002's auto-capture
+triggers, seed 003's decision patterns, and plain first-person statements of identity,
+preference and goals.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capture:
+    language: str
+    category: str
+    importance: int
+    pattern: re.Pattern[str]
+
+
+_ROWS: list[tuple[str, str, int, str]] = [
+    # identity
+    ("en", "identity", 3, r"\bmy name is\b|\bcall me [A-Z]"),
+    ("en", "identity", 3, r"\bI (live|grew up|was born) in\b|\bI'?m based in\b|\bI moved to\b"),
+    ("en", "identity", 3, r"\bI work (as|at|for)\b|\bI'?m an? (freelance|self-employed|senior|junior)\b"),
+    ("en", "identity", 3, r"\bmy (wife|husband|partner|daughter|son|sister|brother|dog|cat)('s name)? is\b"),
+    ("de", "identity", 3, r"\bich hei(ß|ss)e\b|\bich wohne in\b|\bich arbeite als\b"),
+    # preferences
+    ("en", "preference", 2, r"\bI (really |much |strongly )?(prefer|love|like to|enjoy|hate|dislike)\b"),
+    ("en", "preference", 2, r"\bI (do not|don'?t|never) (like|want|eat|drink)\b|\bI can'?t stand\b"),
+    ("en", "preference", 2, r"\bI'?m (a )?(vegetarian|vegan|allergic|lactose intolerant|gluten)"),
+    ("en", "preference", 2, r"\bmy favou?rite\b"),
+    ("de", "preference", 2, r"\bich (mag|liebe|bevorzuge|hasse)\b|\bich mag kein"),
+    # decisions (seed 003)
+    ("en", "decision", 2, r"\b(we|I)( have|'ve)? decided\b|\bdecided to\b|\bchose to\b|\bdecision:"),
+    ("en", "decision", 2, r"\b(we'?re|we are|I'?m|I am) going (to go )?with\b|\blet'?s go with\b"),
+    ("en", "decision", 2, r"\bwe agreed (to|on|that)\b|\bthe plan is to\b"),
+    ("de", "decision", 2, r"\b(wir|ich) (haben|habe) (beschlossen|entschieden)\b|\bentschieden\b"),
+    ("de", "decision", 2, r"\bwir machen das so\b|\bdie entscheidung\b"),
+    # goals
+    ("en", "goal", 2, r"\bmy goal is\b|\bI (want|plan|intend|hope) to\b|\bI'?m planning to\b"),
+    ("en", "goal", 2, r"\b(need|have) to (ship|finish|launch|deliver|submit)\b.*\bby\b"),
+    ("de", "goal", 2, r"\bmein ziel ist\b|\bich will\b|\bich plane\b"),
+    # insights and explicit memory requests (seed 002 triggers)
+    ("en", "insight", 3, r"\blesson learned\b|\bI reali[sz]ed that\b|\bkey insight\b"),
+    ("en", "fact", 3, r"^\s*(important|critical)\s*:|\bremember (this|that)\b|\bdon'?t forget\b"),
+    ("de", "fact", 3, r"\bmerk dir\b|\bvergiss nicht\b|\bwichtig:"),
+    ("en", "event", 2, r"\b(moved|rescheduled|postponed|cancell?ed) (the|our|my)\b.*\b(to|until)\b"),
+]
+
+CAPTURES: list[Capture] = [
+    Capture(lang, category, importance, re.compile(rx, re.IGNORECASE))
+    for lang, category, importance, rx in _ROWS
+]
+
+# Words that open a sentence without carrying meaning; stripped so restatements dedupe.
+LEADING_FILLER = re.compile(
+    r"^\s*((remember|note|fyi|btw|by the way|also|oh|and|so|ok|okay|honestly|actually|"
+    r"just so you know|for the record|important|critical)\b[\s,:;!-]*)+",
+    re.IGNORECASE,
+)
+
+
+def classify(sentence: str) -> tuple[str, int] | None:
+    """(category, importance) of a sentence: the most specific category that matches (an explicit
+    "remember this" only raises importance), and the highest importance of any match."""
+    matched = [c for c in CAPTURES if c.pattern.search(sentence)]
+    if not matched:
+        return None
+    specific = [c for c in matched if c.category != "fact"]
+    category = (specific or matched)[0].category
+    return category, max(c.importance for c in matched)

@@ -1,0 +1,226 @@
+"""The write side of memory: index episodes, extract facts, dedupe at write time, keep LanceDB
+in step with DuckDB. Plain functions; the Dagster assets call them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.llm.base import LLMClient, LLMError
+from cortex_pipelines.memory import store
+from cortex_pipelines.memory.embedder import Embedder
+from cortex_pipelines.memory.extract import (
+    InjectedText,
+    SourceTurn,
+    extract_offline,
+    extract_with_llm,
+)
+from cortex_pipelines.memory.store import FactDraft, norm_hash
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.storage import Database, usage, utcnow
+
+Log = Callable[[str], None]
+EPISODIC_CURSOR = "episodic_indexed"
+EXTRACTION_CURSOR = "facts_extracted"
+
+
+@dataclass
+class WriteReport:
+    new: list[int] = field(default_factory=list)
+    reinforced: list[int] = field(default_factory=list)
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    turns_read: int = 0
+
+
+def index_episodes(
+    db: Database,
+    vectors: VectorStore,
+    embedder: Embedder,
+    settings: Settings,
+    log: Log = lambda _: None,
+    batch: int = 512,
+) -> int:
+    """Embed every session message not yet in the episodic table, in batches, resumably."""
+    total = 0
+    while True:
+        cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
+        rows = db.query(
+            "SELECT id, role, channel, sender, content, ts FROM session WHERE id > ? AND content <> '[silence]' "
+            "ORDER BY id LIMIT ?",
+            [cursor, batch],
+        )
+        if not rows:
+            break
+        vecs = embedder.encode([r[4] for r in rows])
+        vectors.upsert(
+            EPISODIC,
+            [
+                {
+                    "id": r[0],
+                    "role": r[1],
+                    "channel": r[2],
+                    "sender": r[3],
+                    "text": r[4],
+                    "stated_at": r[5],
+                    "vector": vecs[i].tolist(),
+                    "sources": [r[0]],
+                    "category": "message",
+                    "importance": 1.0,
+                }
+                for i, r in enumerate(rows)
+            ],
+        )
+        # Silence rows between the batch's ids are skipped by the WHERE; the cursor covers them.
+        db.run(store.set_cursor, EPISODIC_CURSOR, rows[-1][0])
+        total += len(rows)
+        log(f"indexed {total} session message(s) into LanceDB (up to id {rows[-1][0]})")
+    vectors.ensure_indexes(EPISODIC, settings.vector_index_min_rows)
+    return total
+
+
+def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
+    return {
+        "id": fact["id"],
+        "text": fact["text"],
+        "vector": vector.tolist(),
+        "channel": (fact["channels"] or [None])[0],
+        "sources": list(fact["sources"]),
+        "category": fact["category"],
+        "importance": float(fact["importance"]),
+        "stated_at": fact["stated_at"],
+        "tier": fact["tier"],
+        "status": fact["status"],
+    }
+
+
+def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> int:
+    """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move)."""
+    stale = db.run(store.unindexed)
+    if not stale:
+        return 0
+    started = utcnow()
+    vecs = embedder.encode([f["text"] for f in stale])
+    vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[i]) for i, f in enumerate(stale)])
+    db.run(store.mark_indexed, [f["id"] for f in stale], started)
+    vectors.ensure_indexes(SEMANTIC, settings.vector_index_min_rows)
+    return len(stale)
+
+
+def remember(
+    db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, drafts: list[FactDraft]
+) -> WriteReport:
+    """Write facts with dedupe: normalized hash first, then cosine ≥ dedupe_cosine."""
+    report = WriteReport()
+    if not drafts:
+        return report
+    sync_facts(db, vectors, embedder, settings)  # dedupe must see every active fact
+    by_hash = db.run(store.active_by_hash, [norm_hash(d.text) for d in drafts])
+    vecs = embedder.encode([d.text for d in drafts])
+    reinforcements: list[tuple[int, FactDraft]] = []
+    groups: list[tuple[np.ndarray, list[FactDraft]]] = []  # new facts of this batch, with restatements
+    for draft, vec in zip(drafts, vecs, strict=True):
+        existing = by_hash.get(norm_hash(draft.text))
+        if existing is None:
+            hit = vectors.vector_search(SEMANTIC, vec, 1, "status = 'active'")
+            if hit and 1.0 - hit[0]["_distance"] >= settings.dedupe_cosine:
+                existing = int(hit[0]["id"])
+        if existing is not None:
+            reinforcements.append((existing, draft))
+            continue
+        twin = next((g for g in groups if float(g[0] @ vec) >= settings.dedupe_cosine), None)
+        if twin is not None:
+            twin[1].append(draft)
+        else:
+            groups.append((vec, [draft]))
+
+    def write(con):
+        for fact_id, draft in reinforcements:
+            store.reinforce(con, fact_id, draft.sources, draft.channels, draft.importance)
+            report.reinforced.append(fact_id)
+        for _, (first, *rest) in groups:
+            fact_id = store.insert(con, first)
+            for extra in rest:
+                store.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
+            report.new.append(fact_id)
+
+    db.run(write)
+    sync_facts(db, vectors, embedder, settings)
+    return report
+
+
+def extract_new_facts(
+    db: Database,
+    vectors: VectorStore,
+    embedder: Embedder,
+    settings: Settings,
+    llm: LLMClient | None,
+    log: Log = lambda _: None,
+) -> WriteReport:
+    """Read user turns after the cursor, extract, remember, advance. No new turns: no LLM call."""
+    cursor = db.run(store.get_cursor, EXTRACTION_CURSOR)
+    rows = db.query(
+        "SELECT id, channel, content, ts FROM session WHERE role = 'user' AND id > ? ORDER BY id",
+        [cursor],
+    )
+    latest = db.query("SELECT coalesce(max(id), 0) FROM session")[0][0]
+    if not rows:
+        if latest > cursor:
+            db.run(store.set_cursor, EXTRACTION_CURSOR, latest)
+        return WriteReport()
+    turns = [SourceTurn(*r) for r in rows]
+    replies = [
+        r[0] for r in db.query("SELECT content FROM session WHERE role = 'assistant' AND id > ?", [cursor])
+    ]
+    injected = InjectedText.from_outputs(settings.paths.out, extra=replies)
+    report = WriteReport(turns_read=len(turns))
+    if llm is None:
+        drafts = extract_offline(turns, injected)
+    else:
+        drafts = []
+        for start in range(0, len(turns), 40):
+            chunk = turns[start : start + 40]
+            known = [f["text"] for f in db.run(store.hot_for_floor, 50)]
+            began = time.perf_counter()
+            try:
+                found, response = extract_with_llm(llm, chunk, known, injected)
+            except LLMError as exc:
+                usage.record(
+                    db,
+                    provider=llm.provider,
+                    model=llm.model,
+                    purpose="extraction",
+                    input_tokens=0,
+                    output_tokens=0,
+                    ok=False,
+                    error=str(exc),
+                    asset="extracted_facts",
+                    latency_ms=(time.perf_counter() - began) * 1000,
+                )
+                raise
+            if response is not None:
+                usage.record(
+                    db,
+                    provider=llm.provider,
+                    model=response.model,
+                    purpose="extraction",
+                    input_tokens=response.input_tokens,
+                    output_tokens=response.output_tokens,
+                    ok=True,
+                    asset="extracted_facts",
+                    latency_ms=(time.perf_counter() - began) * 1000,
+                )
+                report.llm_calls += 1
+                report.input_tokens += response.input_tokens
+                report.output_tokens += response.output_tokens
+            drafts.extend(found)
+    written = remember(db, vectors, embedder, settings, drafts)
+    report.new, report.reinforced = written.new, written.reinforced
+    db.run(store.set_cursor, EXTRACTION_CURSOR, max(latest, turns[-1].id))
+    log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
+    return report

@@ -1,0 +1,152 @@
+"""LanceDB: embeddings of every session message (episodic) and every fact (semantic).
+
+LanceDB is embedded (a directory) and its writers use optimistic concurrency, so every write
+retries on a commit conflict. Full-text search is LanceDB's native index: DuckDB's fts extension
+would need a download. Rows are upserted by id, so re-running an indexing step is harmless.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from cortex_pipelines.memory.embedder import DIMENSIONS
+
+os.environ.setdefault("LANCE_LOG", "error")
+
+EPISODIC = "episodic"
+SEMANTIC = "semantic"
+
+_COMMON = [
+    pa.field("id", pa.int64()),
+    pa.field("text", pa.string()),
+    pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
+    pa.field("channel", pa.string()),
+    pa.field("sources", pa.list_(pa.int64())),
+    pa.field("category", pa.string()),
+    pa.field("importance", pa.float32()),
+    pa.field("stated_at", pa.timestamp("us")),
+]
+SCHEMAS = {
+    EPISODIC: pa.schema([*_COMMON, pa.field("role", pa.string()), pa.field("sender", pa.string())]),
+    SEMANTIC: pa.schema([*_COMMON, pa.field("tier", pa.string()), pa.field("status", pa.string())]),
+}
+
+
+def _conflict(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(word in text for word in ("conflict", "retryable", "concurrent", "commit"))
+
+
+_retry_commit = retry(
+    retry=retry_if_exception(_conflict),
+    wait=wait_random_exponential(multiplier=0.05, max=2),
+    stop=stop_after_attempt(8),
+    reraise=True,
+)
+
+
+class VectorStore:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def _db(self):
+        import lancedb
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        return lancedb.connect(str(self.path))
+
+    def table(self, name: str):
+        """Open a table, creating it empty on first use."""
+        db = self._db()
+        try:
+            return db.open_table(name)
+        except (FileNotFoundError, ValueError):
+            return db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
+
+    def exists(self, name: str) -> bool:
+        return name in self._db().list_tables().tables
+
+    def count(self, name: str, where: str | None = None) -> int:
+        if not self.exists(name):
+            return 0
+        return self.table(name).count_rows(where)
+
+    @_retry_commit
+    def upsert(self, name: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        data = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        (
+            self.table(name)
+            .merge_insert("id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(data)
+        )
+
+    @_retry_commit
+    def update(self, name: str, ids: Iterable[int], values: dict) -> None:
+        ids = [int(i) for i in ids]
+        if ids and self.exists(name):
+            self.table(name).update(where=f"id IN ({', '.join(map(str, ids))})", values=values)
+
+    def ids(self, name: str, where: str | None = None) -> set[int]:
+        if not self.exists(name):
+            return set()
+        query = self.table(name).search().select(["id"]).limit(None)
+        if where:
+            query = query.where(where)
+        return {row["id"] for row in query.to_arrow().to_pylist()}
+
+    def vector_search(self, name: str, vector, k: int, where: str | None = None) -> list[dict]:
+        if not self.exists(name):
+            return []
+        query = self.table(name).search(list(map(float, vector))).distance_type("cosine").limit(k)
+        if where:
+            query = query.where(where, prefilter=True)
+        return query.to_list()
+
+    def text_search(self, name: str, text: str, k: int, where: str | None = None) -> list[dict]:
+        if not self.exists(name) or not self._has_fts(name):
+            return []
+        query = self.table(name).search(text, query_type="fts").limit(k)
+        if where:
+            query = query.where(where, prefilter=True)
+        try:
+            return query.to_list()
+        except (ValueError, RuntimeError, OSError):
+            return []  # a query with no searchable terms
+
+    def _has_fts(self, name: str) -> bool:
+        return any(ix.index_type == "FTS" for ix in self.table(name).list_indices())
+
+    @_retry_commit
+    def ensure_indexes(self, name: str, vector_min_rows: int) -> list[str]:
+        """Full-text index once the table has rows; an ANN index once it is large enough to pay."""
+        from lancedb.index import FTS
+
+        built = []
+        table = self.table(name)
+        rows = table.count_rows()
+        if rows == 0:
+            return built
+        indices = {ix.index_type: ix for ix in table.list_indices()}
+        fts = indices.get("FTS")
+        if fts is None:
+            table.create_index("text", config=FTS(with_position=False), replace=True)
+            built.append("fts")
+        if rows >= vector_min_rows and not any(t.startswith("IVF") for t in indices):
+            table.create_index(metric="cosine", vector_column_name="vector", replace=True)
+            built.append("vector")
+        return built
+
+    @_retry_commit
+    def optimize(self, name: str) -> None:
+        """Compact fragments and fold new rows into the indexes (scheduled, not per write)."""
+        if self.exists(name):
+            self.table(name).optimize()
