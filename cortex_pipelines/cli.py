@@ -20,7 +20,11 @@ from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path
 from cortex_pipelines.instance import dagster_env, init_home, status
+from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
+from cortex_pipelines.storage.session import pins as list_pins
 
 app = typer.Typer(
     add_completion=False,
@@ -169,6 +173,10 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
     out.print(f"outbox   {state['outbox']['waiting']} waiting")
+    mem = state["memory"]
+    out.print(
+        f"memory   hot {mem['hot']}  cold {mem['cold']}  episodic {mem['episodic']}  pinned {mem['pinned']}"
+    )
     llm = state["llm"]
     out.print(
         f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
@@ -203,6 +211,104 @@ def outbox_cmd(
         out.print(r["text"], markup=False, highlight=False)
     if not rows:
         out.print("outbox is empty")
+
+
+@app.command()
+def recall(
+    query: str,
+    k: Annotated[int, typer.Option("-k", min=1, max=100, help="how many results")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Search memory as the brain's memory_query tool does, with the messages each hit came from."""
+    settings = _ready()
+    if not query.strip():
+        _fail("the query is empty")
+    hits = memory_recall(Database(settings.paths.db), settings, query, k=k)
+    if as_json:
+        _print_json([h.as_dict() for h in hits])
+        return
+    for n, hit in enumerate(hits, 1):
+        ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
+        out.print(f"{n}. [{hit.tier}] {hit.text}", markup=False, highlight=False)
+        out.print(
+            f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}",
+            markup=False,
+            highlight=False,
+        )
+    if not hits:
+        out.print("nothing found")
+
+
+@app.command()
+def pin(text: str, label: Annotated[str | None, typer.Option(help="short label")] = None) -> None:
+    """Pin an item to working memory (always in context; at most 10, oldest drop out)."""
+    settings = _ready()
+    if not text.strip():
+        _fail("nothing to pin")
+    current = Database(settings.paths.db).run(add_pin, text.strip(), label)
+    out.print(f"pinned ({len(current)}/{PIN_LIMIT})")
+
+
+@app.command()
+def unpin(position: int) -> None:
+    """Remove the pin at POSITION (as listed by `cortex pins`)."""
+    settings = _ready()
+    removed = Database(settings.paths.db).run(remove_pin, position)
+    if removed is None:
+        _fail(f"no pin at position {position}")
+    out.print(f"unpinned: {removed['text']}", markup=False, highlight=False)
+
+
+@app.command("pins")
+def pins_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List pinned working memory."""
+    rows = Database(_ready().paths.db).run(list_pins)
+    if as_json:
+        _print_json([{"position": n, "label": r["label"], "text": r["text"]} for n, r in enumerate(rows, 1)])
+        return
+    for n, r in enumerate(rows, 1):
+        out.print(
+            f"{n}. {('[' + r['label'] + '] ') if r['label'] else ''}{r['text']}",
+            markup=False,
+            highlight=False,
+        )
+    if not rows:
+        out.print("nothing pinned")
+
+
+@app.command()
+def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
+    """Forget a fact: kept for audit, never recalled again."""
+    settings = _ready()
+    if not Database(settings.paths.db).run(memory_store.forget, fact_id, f"cli: {reason}"):
+        _fail(f"no active fact {fact_id}")
+    _resync(settings)
+    out.print(f"forgot fact {fact_id}")
+
+
+@app.command()
+def edit(fact_id: int, text: str) -> None:
+    """Correct a fact: the new text supersedes it and keeps its sources."""
+    settings = _ready()
+    if len(text.strip()) < 3:
+        _fail("the new text is too short")
+    new_id = Database(settings.paths.db).run(memory_store.edit, fact_id, text.strip())
+    if new_id is None:
+        _fail(f"no active fact {fact_id}")
+    _resync(settings)
+    out.print(f"fact {fact_id} is now fact {new_id}")
+
+
+def _resync(settings: Settings) -> None:
+    """Mirror a correction into LanceDB at once, so recall never returns the old text."""
+    from cortex_pipelines.memory.embedder import get_embedder
+    from cortex_pipelines.memory.pipeline import sync_facts
+    from cortex_pipelines.memory.vectors import VectorStore
+
+    embedder = get_embedder(
+        settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
+    )
+    sync_facts(Database(settings.paths.db), VectorStore(settings.paths.lance), embedder, settings)
 
 
 @app.command()

@@ -2,15 +2,17 @@
 
 from dagster import Definitions, in_process_executor
 
-from cortex_pipelines.assets import ALL_ASSETS
-from cortex_pipelines.jobs import cortex_main, process_messages
+from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from cortex_pipelines.jobs import JOBS, SCHEDULES
 from cortex_pipelines.resources import CortexResource
-from cortex_pipelines.sensors import inbox_sensor
+from cortex_pipelines.sensors import SENSORS
 
 defs = Definitions(
     assets=ALL_ASSETS,
-    jobs=[process_messages, cortex_main],
-    sensors=[inbox_sensor],
+    asset_checks=ALL_CHECKS,
+    jobs=JOBS,
+    schedules=SCHEDULES,
+    sensors=SENSORS,
     resources={"cortex": CortexResource()},
     executor=in_process_executor,
 )

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.memory import store
+from cortex_pipelines.memory.vectors import EPISODIC, VectorStore
 from cortex_pipelines.storage import Database, bus, outbox, usage
-from cortex_pipelines.storage.session import channel_states
+from cortex_pipelines.storage.session import channel_states, pins
 
 WORKSPACE_YAML = """# Written by `cortex init`; `cortex dev` points the Dagster UI at it.
 load_from:
@@ -45,10 +47,17 @@ def status(settings: Settings) -> dict:
     seen = {s["channel"] for s in db.run(channel_states)}
     seen |= {r[0] for r in db.query("SELECT DISTINCT channel FROM bus")}
     channels = sorted(seen | set(settings.channel_modes))
+    tiers = db.run(store.tier_counts)
     return {
         "home": str(settings.home),
-        "bus": {k: v for k, v in bus.counts(db).items()},
+        "bus": dict(bus.counts(db)),
         "channels": {name: settings.mode_for(name) for name in channels},
         "outbox": {"waiting": len(outbox.waiting(db))},
+        "memory": {
+            "hot": tiers["hot"],
+            "cold": tiers["cold"],
+            "episodic": VectorStore(settings.paths.lance).count(EPISODIC),
+            "pinned": len(db.run(pins)),
+        },
         "llm": {"provider": settings.llm_provider, **usage.totals(db)},
     }

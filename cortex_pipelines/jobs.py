@@ -1,22 +1,74 @@
-"""Jobs. Every run that answers messages carries the brain lane tag, which the shipped
-dagster.yaml limits to one run at a time."""
+"""Jobs and schedules. Every run that answers messages carries the brain lane tag, which the
+shipped dagster.yaml limits to one run at a time. Memory schedules follow the seeds' cadence."""
 
-from dagster import AssetSelection, define_asset_job, in_process_executor
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    ScheduleDefinition,
+    define_asset_job,
+    in_process_executor,
+)
 
 BRAIN_LANE = {"cortex/lane": "brain"}
 
-process_messages = define_asset_job(
+
+def _job(name: str, selection: AssetSelection, description: str, tags: dict | None = None):
+    return define_asset_job(
+        name,
+        selection=selection,
+        tags=tags or {},
+        executor_def=in_process_executor,
+        description=description,
+    )
+
+
+process_messages = _job(
     "process_messages",
-    selection=AssetSelection.assets("session_messages"),
-    tags=BRAIN_LANE,
-    executor_def=in_process_executor,
-    description="Answer every pending message, strictly in bus order.",
+    AssetSelection.assets("session_messages"),
+    "Answer every pending message, strictly in bus order.",
+    BRAIN_LANE,
+)
+cortex_main = _job(
+    "cortex_main",
+    AssetSelection.all() - AssetSelection.assets("bus_messages"),
+    "Process all pending messages, then materialize every memory asset.",
+    BRAIN_LANE,
+)
+memory_job = _job(
+    "memory_job",
+    AssetSelection.assets("episodic_memory", "extracted_facts"),
+    "Index new session messages and extract facts from new user turns.",
+)
+compaction_job = _job(
+    "compaction_job",
+    AssetSelection.assets("channel_summaries"),
+    "Summarize idle channels and demote them to the background.",
+)
+eviction_job = _job(
+    "eviction_job", AssetSelection.assets("cold_memory"), "Move stale hot facts to cold storage."
+)
+harvest_job = _job(
+    "harvest_job", AssetSelection.assets("harvested_ops"), "Turn results of delegated work into facts."
+)
+maintenance_job = _job(
+    "maintenance_job",
+    AssetSelection.assets("memory_maintenance"),
+    "Decay, prune, merge and consolidate memory; optimize LanceDB.",
 )
 
-cortex_main = define_asset_job(
-    "cortex_main",
-    selection=AssetSelection.all() - AssetSelection.assets("bus_messages"),
-    tags=BRAIN_LANE,
-    executor_def=in_process_executor,
-    description="Process all pending messages, then materialize every memory asset.",
-)
+JOBS = [process_messages, cortex_main, memory_job, compaction_job, eviction_job, harvest_job, maintenance_job]
+
+
+def _schedule(job, cron: str) -> ScheduleDefinition:
+    return ScheduleDefinition(
+        job=job, cron_schedule=cron, default_status=DefaultScheduleStatus.RUNNING, execution_timezone="UTC"
+    )
+
+
+SCHEDULES = [
+    _schedule(memory_job, "0 */6 * * *"),  # fact extraction: every 6 h (seed 000)
+    _schedule(compaction_job, "5 * * * *"),  # channel compaction: hourly
+    _schedule(eviction_job, "15 3 * * 0"),  # vector eviction: weekly
+    _schedule(harvest_job, "30 */6 * * *"),  # op harvesting: every 6 h
+    _schedule(maintenance_job, "45 3 * * *"),  # decay / prune / merge: daily
+]

@@ -4,6 +4,8 @@ from dagster import ConfigurableResource
 
 from cortex_pipelines.config import Settings, load_settings
 from cortex_pipelines.llm import LLMClient, make_client
+from cortex_pipelines.memory.embedder import Embedder, get_embedder
+from cortex_pipelines.memory.vectors import VectorStore
 from cortex_pipelines.storage import Database
 
 
@@ -20,3 +22,15 @@ class CortexResource(ConfigurableResource):
 
     def llm(self, purpose: str = "reply") -> LLMClient:
         return make_client(self.settings(), purpose)
+
+    def memory_llm(self) -> LLMClient | None:
+        """The extraction model, or None when the offline patterns do the work."""
+        settings = self.settings()
+        return None if settings.llm_provider == "offline" else make_client(settings, "extraction")
+
+    def vectors(self) -> VectorStore:
+        return VectorStore(self.settings().paths.lance)
+
+    def embedder(self) -> Embedder:
+        s = self.settings()
+        return get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)

@@ -2,7 +2,9 @@
 
 from cortex_pipelines.assets.brain import session_messages
 from cortex_pipelines.assets.ingest import bus_messages
+from cortex_pipelines.assets.memory import MEMORY_ASSETS, MEMORY_CHECKS
 
-ALL_ASSETS = [bus_messages, session_messages]
+ALL_ASSETS = [bus_messages, session_messages, *MEMORY_ASSETS]
+ALL_CHECKS = [*MEMORY_CHECKS]
 
-__all__ = ["ALL_ASSETS", "bus_messages", "session_messages"]
+__all__ = ["ALL_ASSETS", "ALL_CHECKS"]

@@ -2,8 +2,10 @@
 
 Rule 2 of DESIGN.md: a memory system that extracts from its own boot context, bulletin or recalled
 memories grows copies of its own hallucinations. So only user turns are read, quoted and fenced
-text is dropped, and any sentence that appears in a published file (out/*.md) or in one of the
-agent's own replies is skipped.
+text is dropped, and a sentence that repeats system-written text (a line of out/*.md or of the
+agent's replies) is skipped. Lines that carry a source annotation such as "(msg 12)" or
+"(src 3, 7)" are the user's own words quoted with provenance and do not count as system-written;
+restating them only reinforces the existing fact.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"```.*?```", re.S)
-_ANNOTATION = re.compile(
-    r"[\(\[][^\)\]]*\b(src|sources?|msg|messages?|importance|hits?)\b[^\)\]]*[\)\]]", re.I
-)
+SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
 _MIN_CHARS, _MAX_CHARS = 12, 400
 SKIP_CHANNELS = frozenset({"cron", "router"})  # synthetic prompts and delegated results
 
@@ -38,15 +38,18 @@ class SourceTurn:
 
 
 class InjectedText:
-    """Everything the system itself wrote, normalized, to recognise it when quoted back."""
+    """What the system itself wrote, normalized, to recognise it when quoted back."""
 
     def __init__(self, texts: Iterable[str]):
         lines = set()
         for text in texts:
-            for piece in _SENTENCE.split(_ANNOTATION.sub(" ", text)):
-                norm = normalize(piece.lstrip("#->*• ").strip())
-                if len(norm) >= _MIN_CHARS:
-                    lines.add(norm)
+            for line in text.splitlines():
+                if SOURCE_NOTE.search(line):
+                    continue  # a quote of the user's own words, with its provenance
+                for piece in _SENTENCE.split(line):
+                    norm = normalize(piece.lstrip("#->*• ").strip())
+                    if len(norm) >= _MIN_CHARS:
+                        lines.add(norm)
         self._corpus = "\n".join(sorted(lines))
         self._lines = lines
 

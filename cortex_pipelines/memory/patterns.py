@@ -56,8 +56,8 @@ CAPTURES: list[Capture] = [
 
 # Words that open a sentence without carrying meaning; stripped so restatements dedupe.
 LEADING_FILLER = re.compile(
-    r"^\s*((remember|note|fyi|btw|by the way|also|oh|and|so|ok|okay|honestly|actually|"
-    r"just so you know|for the record|important|critical)\b[\s,:;!-]*)+",
+    r"^\s*(((remember|note|keep in mind)( that)?|fyi|btw|by the way|also|oh|and|so|ok|okay|"
+    r"honestly|actually|just so you know|for the record|important|critical)\b[\s,:;!-]*)+",
     re.IGNORECASE,
 )
 

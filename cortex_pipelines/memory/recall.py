@@ -22,6 +22,8 @@ from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
 from cortex_pipelines.storage import Database, utcnow
 
 RRF_K = 60
+MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
+QUESTION_WEIGHT = 0.75  # a question the user asked is weaker evidence than a statement they made
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 _STOP = frozenset(
     """a an and are as at be but by can could did do does for from had has have how i i'm in is it
@@ -67,6 +69,10 @@ class _Candidate:
 def keywords(text: str) -> list[str]:
     words = [w.lower().strip("'") for w in _WORD.findall(text)]
     return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _STOP))
+
+
+def _relevant(vector_hits: list[dict]) -> list[dict]:
+    return [h for h in vector_hits if 1.0 - h["_distance"] >= MIN_COSINE]
 
 
 def _fuse(lists: list[list[dict]]) -> dict[int, _Candidate]:
@@ -138,7 +144,7 @@ def recall(
         qvec = embedder.encode([query])[0]
         facts = _fuse(
             [
-                vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'"),
+                _relevant(vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'")),
                 vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
             ]
         )
@@ -184,7 +190,7 @@ def recall(
             where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
         episodes = _fuse(
             [
-                vectors.vector_search(EPISODIC, qvec, pool, where),
+                _relevant(vectors.vector_search(EPISODIC, qvec, pool, where)),
                 vectors.text_search(EPISODIC, query, pool, where),
             ]
         )

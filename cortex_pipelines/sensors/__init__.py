@@ -1,5 +1,8 @@
-"""Sensors: how outside events (inbox files) become Dagster runs."""
+"""Sensors: how outside events (inbox files, new turns) become Dagster runs."""
 
 from cortex_pipelines.sensors.inbox import inbox_sensor
+from cortex_pipelines.sensors.memory import memory_sensor
 
-__all__ = ["inbox_sensor"]
+SENSORS = [inbox_sensor, memory_sensor]
+
+__all__ = ["SENSORS", "inbox_sensor", "memory_sensor"]

@@ -131,3 +131,24 @@ def channel_states(con) -> list[dict]:
 
 def pins(con) -> list[dict]:
     return _dicts(con.execute("SELECT id, label, text, created_at FROM pins ORDER BY id"))
+
+
+PIN_LIMIT = 10
+
+
+def add_pin(con, text: str, label: str | None) -> list[dict]:
+    """Pin an item; past the limit the oldest pins drop out (seed 002: 10 items, FIFO)."""
+    con.execute("INSERT INTO pins (label, text, created_at) VALUES (?, ?, ?)", [label, text, utcnow()])
+    con.execute(
+        "DELETE FROM pins WHERE id NOT IN (SELECT id FROM pins ORDER BY id DESC LIMIT ?)", [PIN_LIMIT]
+    )
+    return pins(con)
+
+
+def remove_pin(con, position: int) -> dict | None:
+    """Unpin by the 1-based position shown by `cortex pins`."""
+    current = pins(con)
+    if not 1 <= position <= len(current):
+        return None
+    con.execute("DELETE FROM pins WHERE id = ?", [current[position - 1]["id"]])
+    return current[position - 1]

@@ -1,0 +1,135 @@
+"""Channel compaction (seed 000): idle foreground channels get a rolling summary and move to the
+background layer. A hot snapshot of the compacted turns is written first, so nothing said in the
+last stretch is lost to a summary."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.llm.base import LLMClient, LLMRequest
+from cortex_pipelines.memory.recall import keywords
+from cortex_pipelines.storage import Database, usage, utcnow
+
+SNAPSHOT_TURNS = 12
+SUMMARY_SYSTEM = """Summarize what this conversation is about and its current focus in one or two \
+sentences. Use only what the turns say. Update the previous summary if one is given."""
+
+
+@dataclass
+class CompactionReport:
+    compacted: list[str] = field(default_factory=list)
+    summaries: dict[str, str] = field(default_factory=dict)
+    snapshot: Path | None = None
+    llm_calls: int = 0
+
+
+def _offline_summary(turns: list[dict], previous: str | None) -> str:
+    words = Counter(w for t in turns if t["role"] == "user" for w in keywords(t["content"]))
+    topics = ", ".join(w for w, _ in words.most_common(5)) or "small talk"
+    last = next((t for t in reversed(turns) if t["role"] == "user"), turns[-1])
+    line = " ".join(last["content"].split())[:120]
+    return f"{len(turns)} recent message(s) about {topics}; last from the user: “{line}”"
+
+
+def _snapshot(path: Path, by_channel: dict[str, list[dict]]) -> None:
+    lines = ["# Hot snapshot", "", f"Written {utcnow():%Y-%m-%d %H:%M} UTC before compaction.", ""]
+    for channel, turns in by_channel.items():
+        lines.append(f"## {channel}")
+        for t in turns[-SNAPSHOT_TURNS:]:
+            who = "user" if t["role"] == "user" else "agent"
+            lines.append(
+                f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {' '.join(t['content'].split())[:300]} (msg {t['id']})"
+            )
+        lines.append("")
+    write_atomic(path, "\n".join(lines))
+
+
+def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
+    report = CompactionReport()
+    cutoff = utcnow() - timedelta(minutes=settings.compaction_idle_minutes)
+    idle = [
+        r[0]
+        for r in db.query(
+            "SELECT channel FROM channel_states WHERE layer = 'foreground' AND last_message_at < ? "
+            "ORDER BY channel",
+            [cutoff],
+        )
+    ]
+    if not idle:
+        return report
+    by_channel: dict[str, list[dict]] = {}
+    previous: dict[str, str | None] = {}
+    for channel in idle:
+        row = db.query("SELECT summary, updated_at FROM topic_summaries WHERE topic = ?", [channel])
+        previous[channel] = row[0][0] if row else None
+        since = row[0][1] if row else None
+        turns = db.query_dicts(
+            "SELECT id, role, content, ts FROM session WHERE channel = ? AND content <> '[silence]' "
+            "AND (? IS NULL OR ts > ?) ORDER BY id",
+            [channel, since, since],
+        )
+        if turns:
+            by_channel[channel] = turns
+    if by_channel:
+        report.snapshot = settings.paths.out / "hot-snapshot.md"
+        try:
+            _snapshot(report.snapshot, by_channel)
+        except OSError:
+            report.snapshot = None  # graceful: the summary is still written to DuckDB
+    for channel in idle:
+        turns = by_channel.get(channel)
+        summary = previous[channel]
+        if turns:
+            summary = _summarize(db, llm, turns[-40:], previous[channel], report)
+        report.compacted.append(channel)
+        if summary:
+            report.summaries[channel] = summary
+        sources = [t["id"] for t in turns or []]
+
+        def save(con, channel=channel, summary=summary, sources=sources):
+            if summary and sources:
+                con.execute(
+                    "INSERT OR REPLACE INTO topic_summaries (topic, channel, summary, sources, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [channel, channel, summary, sources, utcnow()],
+                )
+            con.execute(
+                "UPDATE channel_states SET layer = 'background', summary = coalesce(?, summary) "
+                "WHERE channel = ?",
+                [summary, channel],
+            )
+
+        db.run(save)
+    return report
+
+
+def _summarize(
+    db: Database, llm: LLMClient | None, turns: list[dict], previous: str | None, report: CompactionReport
+) -> str:
+    if llm is None:
+        return _offline_summary(turns, previous)
+    convo = "\n".join(f"{'user' if t['role'] == 'user' else 'agent'}: {t['content']}" for t in turns)
+    prompt = f"Previous summary: {previous or '(none)'}\n\nTurns:\n{convo}"
+    started = time.perf_counter()
+    response = llm.complete(
+        LLMRequest(SUMMARY_SYSTEM, [{"role": "user", "content": prompt}], purpose="summary", max_tokens=200)
+    )
+    usage.record(
+        db,
+        provider=llm.provider,
+        model=response.model,
+        purpose="summary",
+        input_tokens=response.input_tokens,
+        output_tokens=response.output_tokens,
+        ok=True,
+        asset="channel_summaries",
+        latency_ms=(time.perf_counter() - started) * 1000,
+    )
+    report.llm_calls += 1
+    return " ".join(response.text.split())[:500] or _offline_summary(turns, previous)
