@@ -120,11 +120,9 @@ def install(kill_point: str, n: int, state: dict) -> None:
 
     if kill_point == "mid_export":
         original_write = outbox_store.write_atomic
-        written = []
 
         def write_atomic(path, content):
             original_write(path, content)
-            written.append(path)
             die(f"mid_export after writing {Path(path).name}")
 
         outbox_store.write_atomic = write_atomic

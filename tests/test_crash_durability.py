@@ -16,6 +16,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +70,13 @@ SEED = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32
 _rng = random.Random(SEED)
 _RANDOM_POINT, _RANDOM_N = _rng.choice(KILL_POINTS), _rng.randint(1, len(MESSAGES))
 
-CASES = [pytest.param(point, n, id=f"{point}-n{n}") for point in KILL_POINTS for n in (1, 4)]
+# The brief's five points at N=1 and N=4; the two extra ones (inside the open commit transaction,
+# between two exported files) at N=4 only, to keep the module near a minute.
+CASES = [
+    pytest.param(point, n, id=f"{point}-n{n}")
+    for point in KILL_POINTS
+    for n in ((4,) if point in ("mid_commit", "mid_export") else (1, 4))
+]
 CASES.append(pytest.param(_RANDOM_POINT, _RANDOM_N, id=f"random-seed{SEED}-{_RANDOM_POINT}-n{_RANDOM_N}"))
 
 _OP_ID = re.compile(r"op-[0-9a-f]{12}")
@@ -127,55 +134,72 @@ def replies(db: Database) -> dict[str, object]:
     """What was answered, keyed by external id. Op ids are random and session ids may skip after
     a crash (a re-run INSERT .. ON CONFLICT DO NOTHING still draws a sequence value), so ops become
     op-X and a cited "msg <session id>" becomes the external id of the message that turn records."""
-    cited = dict(db.query("SELECT s.id, b.external_id FROM session s JOIN bus b ON b.id = s.bus_id"))
+    with db.transaction() as con:
+        cited = dict(_all(con, "SELECT s.id, b.external_id FROM session s JOIN bus b ON b.id = s.bus_id"))
+        turns = _all(
+            con,
+            "SELECT b.external_id, s.content FROM session s JOIN bus b ON b.id = s.bus_id "
+            "WHERE s.role = 'assistant' ORDER BY b.id",
+        )
+        out = _all(
+            con,
+            "SELECT b.external_id, o.channel, o.text FROM outbox o JOIN bus b ON b.id = o.bus_id "
+            "ORDER BY b.id, o.channel",
+        )
 
     def norm(text: str) -> str:
         text = _OP_ID.sub("op-X", text)
-        return _CITE.sub(lambda m: "msg " + ", ".join(cited[int(i)] for i in m.group(1).split(", ")), text)
+        return _CITE.sub(
+            lambda m: "msg " + ", ".join(str(cited.get(int(i), i)) for i in m.group(1).split(", ")), text
+        )
 
-    turns = db.query(
-        "SELECT b.external_id, s.content FROM session s JOIN bus b ON b.id = s.bus_id "
-        "WHERE s.role = 'assistant' ORDER BY b.id"
-    )
-    out = db.query(
-        "SELECT b.external_id, o.channel, o.text FROM outbox o JOIN bus b ON b.id = o.bus_id "
-        "ORDER BY b.id, o.channel"
-    )
     return {
         "assistant": {ext: norm(text) for ext, text in turns},
         "outbox": [(ext, ch, norm(text)) for ext, ch, text in out],
     }
 
 
-def assert_durable(home: Path, db: Database, total: int) -> None:
-    """The invariants that must hold once every message has been drained."""
-    counts = bus.counts(db)
-    assert counts["completed"] == total, counts
-    assert counts["processing"] == counts["pending"] == counts["failed"] == counts["skipped"] == 0, counts
-    ids = [r[0] for r in db.query("SELECT id FROM bus ORDER BY id")]
-    assert len(ids) == total
+def outbox_files(home: Path) -> list[str]:
+    """Every file under outbox/ (temporary files included), as channel/name."""
+    root = home / "outbox"
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
-    per_role = Counter(db.query("SELECT bus_id, role FROM session"))
+
+def _all(con, sql: str, params: list | tuple = ()) -> list[tuple]:
+    return con.execute(sql, params).fetchall()
+
+
+def _dicts(con, sql: str, params: list | tuple = ()) -> list[dict]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def assert_durable(home: Path, db: Database, total: int) -> None:
+    """The invariants that must hold once every message has been drained (one short transaction)."""
+    with db.transaction() as con:
+        states = Counter(dict(_all(con, "SELECT state, count(*) FROM bus GROUP BY state")))
+        ids = [r[0] for r in _all(con, "SELECT id FROM bus ORDER BY id")]
+        per_role = Counter(_all(con, "SELECT bus_id, role FROM session"))
+        checkpoints = Counter(r[0] for r in _all(con, "SELECT bus_id FROM checkpoints"))
+        rows = _dicts(con, "SELECT id, bus_id, channel, text, exported_at FROM outbox ORDER BY id")
+        ops = _dicts(con, "SELECT id, status, result, acknowledged_at FROM pending_ops")
+
+    assert states == {"completed": total}, states  # nothing pending, processing, failed or skipped
+    assert len(ids) == total
     for bus_id in ids:
         assert per_role[(bus_id, "user")] == 1, f"bus {bus_id}: user turns {per_role[(bus_id, 'user')]}"
         assert per_role[(bus_id, "assistant")] == 1, (
             f"bus {bus_id}: assistant turns {per_role[(bus_id, 'assistant')]}"
         )
     assert sum(per_role.values()) == 2 * total
-
-    checkpoints = Counter(r[0] for r in db.query("SELECT bus_id FROM checkpoints"))
     assert sorted(checkpoints) == ids and set(checkpoints.values()) == {1}, checkpoints
 
-    rows = db.query_dicts("SELECT id, bus_id, channel, text, exported_at FROM outbox ORDER BY id")
     pairs = Counter((r["bus_id"], r["channel"]) for r in rows)
     assert all(c == 1 for c in pairs.values()), f"duplicate outbox rows: {pairs}"
     assert all(r["exported_at"] is not None for r in rows), "outbox rows left unexported"
     root = home / "outbox"
-    files = (
-        sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
-        if root.exists()
-        else []
-    )
+    files = outbox_files(home)
     expected = sorted(f"{r['channel']}/{r['id']:010d}.json" for r in rows)
     assert files == expected, f"outbox files {files} != rows {expected}"
     for r in rows:
@@ -183,7 +207,7 @@ def assert_durable(home: Path, db: Database, total: int) -> None:
         assert (body["id"], body["channel"], body["text"]) == (r["id"], r["channel"], r["text"])
 
     # Ops: every failure is an orphan of a crash and has been shown (acknowledged) once.
-    for op in db.query_dicts("SELECT id, status, result, acknowledged_at FROM pending_ops"):
+    for op in ops:
         if op["status"] == "failed":
             assert "orphaned" in op["result"] and op["acknowledged_at"] is not None, op
 
@@ -222,10 +246,29 @@ def reference(tmp_path_factory) -> dict[str, object]:
         return replies(db)
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """MESSAGES ingested once through ingest_path; each case starts from a copy of this database."""
+    root = tmp_path_factory.mktemp("template")
+    with pytest.MonkeyPatch.context() as mp:
+        for key in [k for k in os.environ if k.startswith("CORTEX_")]:
+            mp.delenv(key)
+        mp.setenv("CORTEX_HOME", str(root / "home"))
+        _, db = seed_home(root, MESSAGES)
+        assert bus.counts(db)["pending"] == len(MESSAGES)
+    return db.path
+
+
 @pytest.fixture
-def home_db(tmp_path, monkeypatch) -> tuple[Path, Database]:
-    monkeypatch.setenv("CORTEX_HOME", str(tmp_path / "home"))
-    return seed_home(tmp_path, MESSAGES)
+def home_db(tmp_path, monkeypatch, template) -> tuple[Path, Database]:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("CORTEX_HOME", str(home))
+    for suffix in ("", ".wal"):  # a clean close leaves no WAL, but copy one if it is there
+        source = template.with_name(template.name + suffix)
+        if source.exists():
+            shutil.copyfile(source, home / source.name)
+    return home, Database(load_settings(home).paths.db)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,37 +283,37 @@ def test_sigkill_loses_nothing_and_answers_nothing_twice(point, n, home_db, refe
     run_worker(home, point, n)
 
     # What the dead process left behind.
-    counts = bus.counts(db)
-    if point in MID_MESSAGE:
-        assert (counts["completed"], counts["processing"]) == (n - 1, 1), counts
-    else:
-        assert (counts["completed"], counts["processing"]) == (n, 0), counts
+    with db.transaction() as con:
+        states = Counter(dict(_all(con, "SELECT state, count(*) FROM bus GROUP BY state")))
+        outbox_rows, unexported = _all(
+            con, "SELECT count(*), count(*) FILTER (WHERE exported_at IS NULL) FROM outbox"
+        )[0]
+    processing = 1 if point in MID_MESSAGE else 0
+    done = n - processing
+    expected = Counter(completed=done, processing=processing, pending=total - done - processing)
+    assert states == expected, states
     if point in EXPORT_POINTS:
-        unexported = db.query("SELECT count(*) FROM outbox WHERE exported_at IS NULL")[0][0]
-        assert unexported == db.query("SELECT count(*) FROM outbox")[0][0] > 0
-        written = (
-            [p for p in (home / "outbox").rglob("*") if p.is_file()] if (home / "outbox").exists() else []
-        )
+        assert unexported == outbox_rows > 0, (unexported, outbox_rows)
+        written = outbox_files(home)
         assert len(written) == (1 if point == "mid_export" else 0), written
 
     first = drain(home)
     assert first.recovered == (1 if point in MID_MESSAGE else 0), first
-    assert first.completed == total - counts["completed"], first
+    assert first.completed == total - done, first
     second = drain(home)
     assert (second.processed, second.recovered, second.orphaned_ops) == (0, 0, 0), second
 
     assert_durable(home, db, total)
     assert replies(db) == reference
     # Exactly one live delegation, whether or not an earlier attempt's op was orphaned.
-    assert db.query("SELECT count(*) FROM pending_ops WHERE status = 'pending'")[0][0] == 1
-    failed = db.query("SELECT count(*) FROM pending_ops WHERE status = 'failed'")[0][0]
-    assert failed == first.orphaned_ops
+    ops = Counter(r[0] for r in db.query("SELECT status FROM pending_ops"))
+    assert ops["pending"] == 1 and ops["failed"] == first.orphaned_ops, (ops, first)
 
 
 @pytest.mark.parametrize(
     ("point", "call"),
-    [("before_commit", 1), ("mid_commit", 1), ("before_llm", 2), ("after_llm", 2)],
-    ids=["before_commit", "mid_commit", "after_tool_before_second_llm_call", "after_second_llm_call"],
+    [("before_commit", 1), ("before_llm", 2)],
+    ids=["before_commit", "after_tool_before_second_llm_call"],
 )
 def test_orphaned_op_is_failed_and_shown_exactly_once(point, call, tmp_path, monkeypatch):
     monkeypatch.setenv("CORTEX_HOME", str(tmp_path / "home"))
@@ -335,5 +378,5 @@ def test_message_that_keeps_killing_the_process_fails_after_max_attempts(tmp_pat
     state, attempts = db.query("SELECT state, attempts FROM bus WHERE external_id = 'crash-1'")[0]
     # Expected: two crashed attempts used up max_attempts=2, so recovery fails the message (and
     # tells the user once) instead of handing it to the model a third time.
+    assert (state, attempts) == ("failed", 2)  # actual: ('completed', 3)
     assert "Good morning!" not in [r.hints["text"] for r in client.requests]
-    assert (state, attempts) == ("failed", 2)

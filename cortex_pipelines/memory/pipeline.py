@@ -51,8 +51,8 @@ def index_episodes(
     while True:
         cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
         rows = db.query(
-            "SELECT id, role, channel, sender, content, ts FROM session WHERE id > ? AND content <> '[silence]' "
-            "ORDER BY id LIMIT ?",
+            "SELECT id, role, channel, sender, content, ts FROM session "
+            "WHERE id > ? AND content <> '[silence]' ORDER BY id LIMIT ?",
             [cursor, batch],
         )
         if not rows:
