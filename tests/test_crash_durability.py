@@ -357,14 +357,6 @@ def test_orphaned_op_is_failed_and_shown_exactly_once(point, call, tmp_path, mon
     assert_durable(home, db, len(batch) + 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bus.recover_interrupted returns a crashed message to 'pending' whatever its attempt count, "
-        "so a message whose processing kills the process is retried forever, past max_attempts, "
-        "and blocks the head of the queue"
-    ),
-)
 def test_message_that_keeps_killing_the_process_fails_after_max_attempts(tmp_path, monkeypatch):
     monkeypatch.setenv("CORTEX_HOME", str(tmp_path / "home"))
     batch = [_msg(1, "webchat", "Good morning!"), _msg(2, "telegram", "I prefer window seats.")]
@@ -376,7 +368,7 @@ def test_message_that_keeps_killing_the_process_fails_after_max_attempts(tmp_pat
     client = ScriptedClient("Noted.", "Noted.")
     drain(home, client, max_attempts=2)
     state, attempts = db.query("SELECT state, attempts FROM bus WHERE external_id = 'crash-1'")[0]
-    # Expected: two crashed attempts used up max_attempts=2, so recovery fails the message (and
-    # tells the user once) instead of handing it to the model a third time.
-    assert (state, attempts) == ("failed", 2)  # actual: ('completed', 3)
+    # Two crashed attempts used up max_attempts=2: recovery fails the message (and the user is
+    # told once) instead of handing it to the model a third time.
+    assert (state, attempts) == ("failed", 2)
     assert "Good morning!" not in [r.hints["text"] for r in client.requests]

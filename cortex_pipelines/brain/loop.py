@@ -83,13 +83,18 @@ class Brain:
 
     def _startup_cleanup(self, report: DrainReport) -> None:
         def cleanup(con):
-            recovered = bus.recover_interrupted(con)
-            return recovered, ops_store.fail_orphans(con, recovered) + ops_store.fail_overdue(con)
+            requeued, failed = bus.recover_interrupted(con, self.settings.max_attempts)
+            interrupted = requeued + failed
+            orphaned = ops_store.fail_orphans(con, interrupted) + ops_store.fail_overdue(con)
+            return requeued, failed, orphaned
 
-        recovered, orphaned = self.db.run(cleanup)
-        report.recovered, report.orphaned_ops = len(recovered), orphaned
-        if recovered:
-            self.log(f"recovered {len(recovered)} interrupted message(s): {recovered}")
+        requeued, failed, orphaned = self.db.run(cleanup)
+        report.recovered, report.orphaned_ops = len(requeued) + len(failed), orphaned
+        report.failed += len(failed)
+        if requeued:
+            self.log(f"recovered {len(requeued)} interrupted message(s): {requeued}")
+        if failed:
+            self.log(f"failed {len(failed)} message(s) that kept interrupting processing: {failed}")
         if orphaned:
             self.log(f"failed {orphaned} orphaned or overdue operation(s)")
 

@@ -22,14 +22,19 @@ class Capture:
 _ROWS: list[tuple[str, str, int, str]] = [
     # identity
     ("en", "identity", 3, r"\bmy name is\b|\bcall me [A-Z]"),
-    ("en", "identity", 3, r"\bI (live|grew up|was born) in\b|\bI'?m based in\b|\bI moved to\b"),
-    ("en", "identity", 3, r"\bI work (as|at|for)\b|\bI'?m an? (freelance|self-employed|senior|junior)\b"),
+    ("en", "identity", 3, r"\bI (live|grew up|was born) in\b|\bI(?:'?m| am) based in\b|\bI moved to\b"),
+    (
+        "en",
+        "identity",
+        3,
+        r"\bI work (as|at|for)\b|\bI(?:'?m| am) an? (freelance|self-employed|senior|junior)\b",
+    ),
     ("en", "identity", 3, r"\bmy (wife|husband|partner|daughter|son|sister|brother|dog|cat)('s name)? is\b"),
     ("de", "identity", 3, r"\bich hei(ß|ss)e\b|\bich wohne in\b|\bich arbeite als\b"),
     # preferences
     ("en", "preference", 2, r"\bI (really |much |strongly )?(prefer|love|like to|enjoy|hate|dislike)\b"),
     ("en", "preference", 2, r"\bI (do not|don'?t|never) (like|want|eat|drink)\b|\bI can'?t stand\b"),
-    ("en", "preference", 2, r"\bI'?m (a )?(vegetarian|vegan|allergic|lactose intolerant|gluten)"),
+    ("en", "preference", 2, r"\bI(?:'?m| am) (a )?(vegetarian|vegan|allergic|lactose intolerant|gluten)"),
     ("en", "preference", 2, r"\bmy favou?rite\b"),
     ("de", "preference", 2, r"\bich (mag|liebe|bevorzuge|hasse)\b|\bich mag kein"),
     # decisions (seed 003)
@@ -39,7 +44,7 @@ _ROWS: list[tuple[str, str, int, str]] = [
     ("de", "decision", 2, r"\b(wir|ich) (haben|habe) (beschlossen|entschieden)\b|\bentschieden\b"),
     ("de", "decision", 2, r"\bwir machen das so\b|\bdie entscheidung\b"),
     # goals
-    ("en", "goal", 2, r"\bmy goal is\b|\bI (want|plan|intend|hope) to\b|\bI'?m planning to\b"),
+    ("en", "goal", 2, r"\bmy goal is\b|\bI (want|plan|intend|hope) to\b|\bI(?:'?m| am) planning to\b"),
     ("en", "goal", 2, r"\b(need|have) to (ship|finish|launch|deliver|submit)\b.*\bby\b"),
     ("de", "goal", 2, r"\bmein ziel ist\b|\bich will\b|\bich plane\b"),
     # insights and explicit memory requests (seed 002 triggers)

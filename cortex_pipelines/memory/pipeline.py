@@ -123,9 +123,10 @@ def remember(
     by_hash = db.run(store.active_by_hash, [norm_hash(d.text) for d in drafts])
     vecs = embedder.encode([d.text for d in drafts])
     reinforcements: list[tuple[int, FactDraft]] = []
-    groups: list[tuple[np.ndarray, list[FactDraft]]] = []  # new facts of this batch, with restatements
+    groups: list[tuple[str, np.ndarray, list[FactDraft]]] = []  # new facts, with their restatements
     for draft, vec in zip(drafts, vecs, strict=True):
-        existing = by_hash.get(norm_hash(draft.text))
+        digest = norm_hash(draft.text)
+        existing = by_hash.get(digest)
         if existing is None:
             hit = vectors.vector_search(SEMANTIC, vec, 1, "status = 'active'")
             if hit and 1.0 - hit[0]["_distance"] >= settings.dedupe_cosine:
@@ -133,17 +134,19 @@ def remember(
         if existing is not None:
             reinforcements.append((existing, draft))
             continue
-        twin = next((g for g in groups if float(g[0] @ vec) >= settings.dedupe_cosine), None)
+        twin = next(
+            (g for g in groups if g[0] == digest or float(g[1] @ vec) >= settings.dedupe_cosine), None
+        )
         if twin is not None:
-            twin[1].append(draft)
+            twin[2].append(draft)
         else:
-            groups.append((vec, [draft]))
+            groups.append((digest, vec, [draft]))
 
     def write(con):
         for fact_id, draft in reinforcements:
             store.reinforce(con, fact_id, draft.sources, draft.channels, draft.importance)
             report.reinforced.append(fact_id)
-        for _, (first, *rest) in groups:
+        for _, _, (first, *rest) in groups:
             fact_id = store.insert(con, first)
             for extra in rest:
                 store.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)

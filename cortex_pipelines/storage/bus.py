@@ -112,14 +112,22 @@ def claim_next(con) -> BusMessage | None:
     return _to_message((*row[:-1], row[-1] + 1))
 
 
-def recover_interrupted(con) -> list[int]:
-    """Return rows a dead drainer left in 'processing' to the queue (their attempt stays counted)."""
-    rows = con.execute(
+def recover_interrupted(con, max_attempts: int) -> tuple[list[int], list[int]]:
+    """Rows a dead drainer left in 'processing': back to the queue (the attempt stays counted),
+    or failed when they used up their attempts, so a message that crashes the process cannot
+    block the queue forever. Returns (requeued ids, failed ids)."""
+    failed = con.execute(
+        "UPDATE bus SET state = 'failed', finished_at = ?, started_at = NULL, "
+        "error = 'interrupted: the processing run died on this message ' || attempts || ' time(s)' "
+        "WHERE state = 'processing' AND attempts >= ? RETURNING id",
+        [utcnow(), max_attempts],
+    ).fetchall()
+    requeued = con.execute(
         "UPDATE bus SET state = 'pending', started_at = NULL, "
         "error = coalesce(error, 'interrupted: the processing run died mid-message') "
         "WHERE state = 'processing' RETURNING id"
     ).fetchall()
-    return [r[0] for r in rows]
+    return [r[0] for r in requeued], [r[0] for r in failed]
 
 
 def mark_completed(con, bus_id: int) -> None:

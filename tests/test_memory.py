@@ -1,0 +1,358 @@
+"""Memory with the real embedding model, real LanceDB and real DuckDB."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.ingest.inbox import ingest_path
+from cortex_pipelines.llm.anthropic_client import AnthropicClient
+from cortex_pipelines.memory import store
+from cortex_pipelines.memory.embedder import get_embedder
+from cortex_pipelines.memory.maintenance import (
+    MaintenanceReport,
+    decay_and_prune,
+    evict_to_cold,
+    merge_and_consolidate,
+)
+from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
+from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.store import FactDraft
+from cortex_pipelines.memory.vectors import SEMANTIC, VectorStore
+from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import utcnow
+from tests.support.messages_server import text
+
+
+@pytest.fixture
+def vectors(settings) -> VectorStore:
+    return VectorStore(settings.paths.lance)
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    return get_embedder()
+
+
+def _history(settings, db, tmp_path, *turns: tuple[str, str], start: str = "2026-11-01T09:00:00Z"):
+    """Put past user turns into the session (no replies), as `cortex ingest --history` does."""
+    path = tmp_path / f"history-{len(list(tmp_path.glob('history-*')))}.jsonl"
+    base = json.dumps(start)[1:-1]
+    lines = []
+    for n, (channel, said) in enumerate(turns):
+        stamp = base.replace(":00:00Z", f":{n // 60:02d}:{n % 60:02d}Z")
+        lines.append(
+            json.dumps(
+                {
+                    "channel": channel,
+                    "text": said,
+                    "sender": "maya",
+                    "external_id": f"{path.stem}-{n}",
+                    "timestamp": stamp,
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    report = ingest_path(path, settings, db, history=True)
+    assert report.accepted == len(turns), report.files
+    return [r[0] for r in db.query("SELECT id FROM session ORDER BY id")][-len(turns) :]
+
+
+def _extract(settings, db, vectors, embedder, llm=None):
+    index_episodes(db, vectors, embedder, settings)
+    return extract_new_facts(db, vectors, embedder, settings, llm)
+
+
+def test_a_telegram_preference_is_recalled_from_webchat_with_its_sources(
+    settings, db, vectors, embedder, tmp_path
+):
+    ids = _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "On long flights I prefer window seats, I like to sleep against the wall."),
+        ("telegram", "The weather in Lisbon is lovely today."),
+        ("webchat", "Let's plan the Berlin trip next week."),
+    )
+    report = _extract(settings, db, vectors, embedder)
+    assert len(report.new) == 1
+    hits = recall(db, settings, "Which seat should I book for Maya's flight?", k=3)
+    top = hits[0]
+    assert "window seats" in top.text and top.tier == "hot"
+    assert top.sources == [ids[0]] and top.channel == "telegram"
+    fact = db.run(store.get, top.fact_id)
+    assert fact["hit_count"] == 1  # touching a hot fact counts a hit
+
+
+def test_the_same_fact_stated_three_ways_is_one_active_fact(settings, db, vectors, embedder, tmp_path):
+    ids = _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "I'm vegetarian."),
+        ("webchat", "Remember: I am vegetarian!"),
+        ("whatsapp", "btw, i'm VEGETARIAN"),
+    )
+    report = _extract(settings, db, vectors, embedder)
+    active = db.run(store.active)
+    assert len(active) == 1 and len(report.new) == 1
+    assert sorted(active[0]["sources"]) == sorted(ids)
+    assert sorted(active[0]["channels"]) == ["telegram", "webchat", "whatsapp"]
+    # Said again later, in another batch: still one fact, one more source.
+    more = _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "Just so you know, I'm vegetarian."),
+        start="2026-11-05T09:00:00Z",
+    )
+    _extract(settings, db, vectors, embedder)
+    active = db.run(store.active)
+    assert len(active) == 1 and more[0] in active[0]["sources"]
+
+
+def test_write_time_dedupe_uses_cosine_for_near_identical_wording(settings, db, vectors, embedder):
+    now = utcnow()
+    first = remember(
+        db,
+        vectors,
+        embedder,
+        settings,
+        [FactDraft("I prefer window seats", "preference", 2, (1,), ("telegram",), now)],
+    )
+    second = remember(
+        db,
+        vectors,
+        embedder,
+        settings,
+        [
+            FactDraft("I prefer window seats.", "preference", 2, (2,), ("webchat",), now),
+            FactDraft("I prefer the window seats", "preference", 2, (3,), ("webchat",), now),
+        ],
+    )
+    assert first.new and second.new == [] and second.reinforced == first.new * 2
+    assert db.run(store.get, first.new[0])["sources"] == [1, 2, 3]
+
+
+def test_quoted_bulletin_and_bootstrap_text_creates_no_fact(settings, db, vectors, embedder, tmp_path):
+    settings.paths.out.mkdir(parents=True, exist_ok=True)
+    (settings.paths.out / "memory_bulletin.md").write_text(
+        "# Memory Bulletin\n\n## Preferences\nThe user loves aisle seats on night trains.\n"
+    )
+    (settings.paths.out / "BOOTSTRAP.md").write_text(
+        "# Boot context\nWe decided to move the whole team to Rust next quarter.\n"
+    )
+    _history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "My bulletin says: The user loves aisle seats on night trains. Is that right?"),
+        ("webchat", "> We decided to move the whole team to Rust next quarter.\nWhere did that come from?"),
+        ("webchat", "Your boot file claims we decided to move the whole team to Rust next quarter."),
+        ("webchat", "I prefer tea over coffee in the afternoon."),
+    )
+    report = _extract(settings, db, vectors, embedder)
+    texts = [f["text"] for f in db.run(store.active)]
+    assert texts == ["I prefer tea over coffee in the afternoon."], texts
+    assert len(report.new) == 1
+
+
+def test_eviction_to_cold_and_promotion_back(settings, db, vectors, embedder, tmp_path):
+    _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "My favourite bakery is Padaria Lisboa on Rua Augusta."),
+        ("telegram", "I love hiking in Sintra on Sundays."),
+    )
+    _extract(settings, db, vectors, embedder)
+    facts = db.run(store.active)
+    assert len(facts) == 2
+    bakery = next(f for f in facts if "bakery" in f["text"])
+    old = utcnow() - timedelta(days=settings.cold_after_days + 1)
+    db.run(lambda con: con.execute("UPDATE facts SET created_at = ?", [old]))
+    db.run(lambda con: con.execute("UPDATE facts SET hit_count = 5 WHERE id <> ?", [bakery["id"]]))
+
+    evicted = evict_to_cold(db, vectors, settings)
+    assert evicted == [bakery["id"]]
+    assert db.run(store.tier_counts) == {"hot": 1, "cold": 1}
+    assert vectors.ids(SEMANTIC, "tier = 'cold'") == {bakery["id"]}
+    floor = [f["id"] for f in db.run(store.hot_for_floor, 50)]
+    assert bakery["id"] not in floor  # cold facts leave the system floor
+
+    hit = recall(db, settings, "where do I buy my bread?", k=1)[0]
+    assert hit.fact_id == bakery["id"] and hit.tier == "hot"  # promoted on retrieval
+    assert db.run(store.get, bakery["id"])["tier"] == "hot"
+    assert vectors.ids(SEMANTIC, "tier = 'cold'") == set()
+
+
+def test_decay_and_prune_respect_identity_and_minimum_age(settings, db, vectors, embedder):
+    s = load_settings(settings.home, decay_factor=0.5, decay_after_days=30, prune_min_age_days=30)
+    now = utcnow()
+    drafts = [
+        FactDraft("My name is Maya Costa", "identity", 3, (1,), ("webchat",), now),
+        FactDraft("I like jazz on rainy evenings", "preference", 2, (2,), ("webchat",), now),
+        FactDraft("I enjoy long walks by the river", "preference", 2, (3,), ("webchat",), now),
+    ]
+    ids = remember(db, vectors, embedder, s, drafts).new
+    identity, old_pref, young_pref = ids
+    long_ago, recently = now - timedelta(days=90), now - timedelta(days=5)
+
+    def age(con):
+        con.execute(
+            "UPDATE facts SET created_at = ?, last_accessed_at = ? WHERE id IN (?, ?)",
+            [long_ago, long_ago, identity, old_pref],
+        )
+        # Unused for long, but only created recently: decays, is not yet pruned.
+        con.execute(
+            "UPDATE facts SET created_at = ?, last_accessed_at = ? WHERE id = ?",
+            [recently, long_ago, young_pref],
+        )
+
+    db.run(age)
+    for _ in range(4):  # 0.5**4 = 0.0625 < 0.1
+        decay_and_prune(db, s, MaintenanceReport())
+    facts = {f["id"]: f for f in db.query_dicts("SELECT id, status, decay FROM facts")}
+    assert facts[identity]["decay"] == 1.0 and facts[identity]["status"] == "active"
+    assert facts[old_pref]["status"] == "forgotten"
+    assert facts[young_pref]["status"] == "active" and facts[young_pref]["decay"] < 0.1
+    events = db.query(
+        "SELECT action, detail FROM fact_events WHERE fact_id = ? AND action = 'forgotten'", [old_pref]
+    )
+    assert events and "pruned" in events[0][1]
+
+
+def test_merge_supersedes_and_links_near_duplicates(settings, db, vectors, embedder):
+    s = load_settings(settings.home, dedupe_cosine=0.999)  # let both in, so maintenance must merge
+    now = utcnow()
+    ids = remember(
+        db,
+        vectors,
+        embedder,
+        s,
+        [
+            FactDraft("I prefer window seats on flights", "preference", 2, (1,), ("telegram",), now),
+            FactDraft("I prefer window seats on my flights", "preference", 3, (2,), ("webchat",), now),
+        ],
+    ).new
+    assert len(ids) == 2
+    report = MaintenanceReport()
+    merge_and_consolidate(db, vectors, s, report)
+    sync_facts(db, vectors, embedder, s)
+    assert report.merged == [(ids[0], ids[1])]  # the more important one survives
+    absorbed = db.run(store.get, ids[0])
+    survivor = db.run(store.get, ids[1])
+    assert absorbed["status"] == "superseded" and survivor["sources"] == [1, 2]
+    assert db.query("SELECT superseded_by FROM facts WHERE id = ?", [ids[0]])[0][0] == ids[1]
+    assert vectors.ids(SEMANTIC, "status = 'active'") == {ids[1]}
+
+
+def test_forget_and_edit_never_resurface_the_old_text(settings, db, vectors, embedder):
+    now = utcnow()
+    wrong, other = remember(
+        db,
+        vectors,
+        embedder,
+        settings,
+        [
+            FactDraft("My dentist appointment is on Friday", "event", 2, (7,), ("webchat",), now),
+            FactDraft("I am allergic to peanuts", "preference", 3, (8,), ("webchat",), now),
+        ],
+    ).new
+    new_id = db.run(store.edit, wrong, "My dentist appointment is on Monday")
+    db.run(store.forget, other, "user said it was wrong")
+    sync_facts(db, vectors, embedder, settings)
+    texts = [h.text for h in recall(db, settings, "dentist appointment day", k=5)]
+    assert "My dentist appointment is on Monday" in texts
+    assert "My dentist appointment is on Friday" not in texts
+    assert not any("peanuts" in t for t in recall_texts(db, settings, "peanut allergy"))
+    assert db.run(store.get, new_id)["sources"] == [7]  # the correction keeps its provenance
+    audit = [r[0] for r in db.query("SELECT action FROM fact_events WHERE fact_id IN (?, ?)", [wrong, other])]
+    assert "superseded" in audit and "forgotten" in audit
+
+
+def recall_texts(db, settings, query):
+    return [h.text for h in recall(db, settings, query, k=5)]
+
+
+def test_anthropic_extraction_path_and_idle_makes_no_calls(
+    settings, db, vectors, embedder, tmp_path, messages_server
+):
+    ids = _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "Ich heiße Maya und ich wohne in Lissabon."),
+        ("telegram", "ok cool"),
+    )
+    messages_server.script(
+        text(
+            json.dumps(
+                [
+                    {
+                        "text": "Maya lives in Lisbon",
+                        "category": "identity",
+                        "importance": 3,
+                        "source_ids": [ids[0]],
+                    },
+                    {
+                        "text": "Invented without a source",
+                        "category": "fact",
+                        "importance": 1,
+                        "source_ids": [999],
+                    },
+                ]
+            )
+        )
+    )
+    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    report = _extract(settings, db, vectors, embedder, llm)
+    assert report.llm_calls == 1 and len(report.new) == 1
+    request = messages_server.requests[0]
+    assert request["model"] == "claude-haiku-test"
+    assert f"[{ids[0]}] (telegram) Ich heiße Maya" in request["messages"][0]["content"]
+    fact = db.run(store.active)[0]
+    assert fact["text"] == "Maya lives in Lisbon" and fact["sources"] == [ids[0]]
+    assert db.query("SELECT purpose, asset FROM llm_usage") == [("extraction", "extracted_facts")]
+
+    again = _extract(settings, db, vectors, embedder, llm)
+    assert again.llm_calls == 0 and len(messages_server.requests) == 1
+
+
+def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db, tmp_path):
+    _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "I prefer green tea in the morning."),
+        ("webchat", "My goal is to run a half marathon in April."),
+    )
+    resources = {"cortex": CortexResource(home=str(settings.home))}
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance=instance,
+            resources=resources,
+            selection=[a for a in ALL_ASSETS if a.key.path[0] != "bus_messages"],
+        )
+        assert result.success
+        checks = result.get_asset_check_evaluations()
+        assert len(checks) == 4 and all(c.passed for c in checks)
+        facts = result.asset_materializations_for_node("extracted_facts")[0].metadata
+        assert facts["new_facts"].value == 2 and "green tea" in facts["preview"].value
+        calls_before = db.query("SELECT count(*) FROM llm_usage")[0][0]
+        again = materialize(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            instance=instance,
+            resources=resources,
+            selection=[a for a in ALL_ASSETS if a.key.path[0] != "bus_messages"],
+        )
+        assert again.success
+        assert again.asset_materializations_for_node("extracted_facts")[0].metadata["new_facts"].value == 0
+        assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls_before
+    assert db.query("SELECT count(*) FROM facts WHERE status = 'active'")[0][0] == 2
