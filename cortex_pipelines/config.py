@@ -91,6 +91,19 @@ class Settings(BaseSettings):
     recency_half_life_hours: float = Field(48.0, gt=0)
     vector_index_min_rows: int = Field(10_000, ge=256)
 
+    # Published memory (seeds 003, 004)
+    boot_max_chars: int = Field(16000, ge=2000, le=64000)
+    boot_threads: int = Field(7, ge=1, le=20)
+    boot_decisions: int = Field(10, ge=1, le=30)
+    decision_recency_days: float = Field(14.0, gt=0)
+    decision_dedupe_hours: float = Field(24.0, gt=0)
+    thread_prune_days: float = Field(7.0, gt=0)
+    max_threads: int = Field(50, ge=5, le=200)
+    bulletin_refresh_minutes: float = Field(60.0, gt=0)
+    bulletin_words: int = Field(500, ge=100)
+    bulletin_daily_token_budget: int = Field(20000, ge=0)
+    timezone: str = "UTC"
+
     # Ingest limits
     max_text_bytes: int = Field(64 * 1024, ge=1)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)

@@ -356,3 +356,64 @@ def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db,
         assert again.asset_materializations_for_node("extracted_facts")[0].metadata["new_facts"].value == 0
         assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls_before
     assert db.query("SELECT count(*) FROM facts WHERE status = 'active'")[0][0] == 2
+
+
+def test_harvested_op_becomes_a_fact_with_both_source_turns(settings, db, vectors, embedder):
+    from cortex_pipelines.brain.loop import Brain
+    from cortex_pipelines.ingest.inbox import ingest_inbox
+    from cortex_pipelines.llm.offline import OfflineClient
+    from cortex_pipelines.memory.harvest import harvest_drafts, mark_gardened
+    from tests.conftest import drop, msg
+
+    drop(settings, "webchat", "a.json", msg("webchat", "Can you research quiet cafés near Alfama?", "d1"))
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    op_id = db.query("SELECT id FROM pending_ops")[0][0]
+    drop(
+        settings,
+        "router",
+        "r.json",
+        {
+            **msg("router", "Result: Café Lua is the quietest.", "r1"),
+            "sender": "router",
+            "metadata": {"op_id": op_id},
+        },
+    )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+
+    op_ids, drafts = harvest_drafts(db)
+    assert op_ids == [op_id] and len(drafts) == 1
+    written = remember(db, vectors, embedder, settings, drafts)
+    mark_gardened(db, op_ids, settings.op_archive_days)
+    fact = db.run(store.get, written.new[0])
+    asked, answered = (r[0] for r in db.query("SELECT id FROM session WHERE role = 'user' ORDER BY id"))
+    assert fact["sources"] == [asked, answered] and "Café Lua" in fact["text"]
+    assert harvest_drafts(db) == ([], [])  # gardened: never harvested twice
+    long_ago = utcnow() - timedelta(days=settings.op_archive_days + 1)
+    db.run(lambda con: con.execute("UPDATE pending_ops SET gardened_at = ?", [long_ago]))
+    assert mark_gardened(db, [], settings.op_archive_days) == 1
+    assert db.query("SELECT status FROM pending_ops") == [("archived",)]
+
+
+def test_idle_channel_is_summarized_demoted_and_snapshotted_first(settings, db, tmp_path):
+    from cortex_pipelines.memory.compaction import compact_idle_channels
+
+    _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "Planning the Helios workshop agenda today."),
+        ("telegram", "The Helios workshop needs a projector."),
+    )
+    db.run(lambda con: con.execute("UPDATE channel_states SET layer = 'foreground'"))
+    report = compact_idle_channels(db, settings, llm=None)
+    assert report.compacted == ["telegram"]
+    snapshot = (settings.paths.out / "hot-snapshot.md").read_text()
+    assert "The Helios workshop needs a projector." in snapshot and "(msg " in snapshot
+    layer, summary = db.query("SELECT layer, summary FROM channel_states WHERE channel = 'telegram'")[0]
+    assert layer == "background" and "helios" in summary.lower()
+    sources = db.query("SELECT sources FROM topic_summaries WHERE topic = 'telegram'")[0][0]
+    assert len(sources) == 2
+    again = compact_idle_channels(db, settings, llm=None)  # nothing new: nothing to do
+    assert again.compacted == []

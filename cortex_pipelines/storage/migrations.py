@@ -163,4 +163,46 @@ V2 = [
     "ALTER TABLE pending_ops ADD COLUMN archived_at TIMESTAMP",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2)]
+V3 = [
+    # Conversation intelligence (seed 003), rewritten whole by their assets.
+    """CREATE TABLE threads (
+        id VARCHAR PRIMARY KEY,
+        title VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        priority VARCHAR NOT NULL,
+        summary VARCHAR NOT NULL,
+        decisions JSON NOT NULL,
+        waiting_for VARCHAR,
+        mood VARCHAR NOT NULL,
+        last_activity TIMESTAMP NOT NULL,
+        created TIMESTAMP NOT NULL,
+        closed_at TIMESTAMP,
+        sources BIGINT[] NOT NULL
+    )""",
+    """CREATE TABLE decisions (
+        id VARCHAR PRIMARY KEY,
+        what VARCHAR NOT NULL,
+        why VARCHAR NOT NULL,
+        impact VARCHAR NOT NULL,
+        who VARCHAR,
+        decided_at TIMESTAMP NOT NULL,
+        source BIGINT NOT NULL,
+        channel VARCHAR NOT NULL
+    )""",
+    # One row per published file: what it was built from, and the warmup state (seed 004).
+    """CREATE TABLE published (
+        name VARCHAR PRIMARY KEY,
+        path VARCHAR NOT NULL,
+        input_key VARCHAR,
+        sha256 VARCHAR,
+        chars INTEGER,
+        words INTEGER,
+        generated_at TIMESTAMP,
+        verified_at TIMESTAMP,
+        state VARCHAR NOT NULL DEFAULT 'cold',
+        error VARCHAR,
+        cold_dispatches INTEGER NOT NULL DEFAULT 0
+    )""",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3)]
