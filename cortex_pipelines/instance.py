@@ -10,6 +10,8 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.vectors import EPISODIC, VectorStore
+from cortex_pipelines.publish.outputs import FILES
+from cortex_pipelines.publish.outputs import state as published_state
 from cortex_pipelines.storage import Database, bus, outbox, usage
 from cortex_pipelines.storage.session import channel_states, pins
 
@@ -48,6 +50,7 @@ def status(settings: Settings) -> dict:
     seen |= {r[0] for r in db.query("SELECT DISTINCT channel FROM bus")}
     channels = sorted(seen | set(settings.channel_modes))
     tiers = db.run(store.tier_counts)
+    warm = published_state(db, "memory_bulletin")
     return {
         "home": str(settings.home),
         "bus": dict(bus.counts(db)),
@@ -60,4 +63,11 @@ def status(settings: Settings) -> dict:
             "pinned": len(db.run(pins)),
         },
         "llm": {"provider": settings.llm_provider, **usage.totals(db)},
+        "warmup": warm["state"] if warm else "cold",
+        "cold_dispatches": warm["cold_dispatches"] if warm else 0,
+        "outputs": {
+            name: str(settings.paths.out / f)
+            for name, f in FILES.items()
+            if (settings.paths.out / f).is_file()
+        },
     }

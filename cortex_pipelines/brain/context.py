@@ -93,6 +93,9 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
 
     # Layer 1: the system floor.
     floor: list[str] = [PREAMBLE, *_read_workspace(settings)]
+    bulletin = settings.paths.out / "memory_bulletin.md"
+    if bulletin.is_file():
+        floor.append(bulletin.read_text(encoding="utf-8", errors="replace").strip())
     ops = ops_store.visible(con)
     failures = unshown_failures(con)
     if ops:

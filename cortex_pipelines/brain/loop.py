@@ -23,6 +23,19 @@ from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
 
+WARMUP_ROW = "memory_bulletin"
+
+
+def count_cold_dispatch(con) -> None:
+    """Seed 004: a turn answered before the bulletin is warm is a cold dispatch; count it."""
+    con.execute(
+        "INSERT INTO published (name, path, state, cold_dispatches) VALUES (?, 'memory_bulletin.md', "
+        "'cold', 1) ON CONFLICT (name) DO UPDATE SET cold_dispatches = published.cold_dispatches + "
+        "CASE WHEN published.state = 'warm' THEN 0 ELSE 1 END",
+        [WARMUP_ROW],
+    )
+
+
 Log = Callable[[str], None]
 
 
@@ -112,6 +125,7 @@ class Brain:
         def begin_turn(con):
             """Steps 3–4 in one short transaction: record the inbound turn, build the context."""
             session_id = append_inbound(con, msg)
+            count_cold_dispatch(con)
             op = None
             if msg.channel == "router":
                 op = ops_store.complete_from_message(con, msg.text, msg.metadata)

@@ -16,7 +16,9 @@ def harvest_drafts(db: Database) -> tuple[list[str], list[FactDraft]]:
         SELECT o.id, o.description, o.result, o.completed_at, o.expected_channel,
                (SELECT list(s.id ORDER BY s.id) FROM session s
                  WHERE s.role = 'user' AND (s.bus_id = o.bus_id
-                       OR (s.channel = 'router' AND s.content = o.result))) AS sources
+                       OR (s.channel = 'router' AND s.content = o.result))) AS sources,
+               (SELECT max(s.ts) FROM session s
+                 WHERE s.role = 'user' AND s.channel = 'router' AND s.content = o.result) AS said_at
         FROM pending_ops o
         WHERE o.status = 'completed' AND o.gardened_at IS NULL
         ORDER BY o.completed_at
@@ -28,7 +30,7 @@ def harvest_drafts(db: Database) -> tuple[list[str], list[FactDraft]]:
         if not row["sources"]:
             continue  # provenance first: no source turn, no fact
         task = " ".join(row["description"].split())[:120]
-        result = " ".join((row["result"] or "").split())[:400]
+        result = " ".join((row["result"] or "").split())[:240]
         drafts.append(
             FactDraft(
                 f"Delegated task “{task}” returned: {result}",

@@ -1,0 +1,1 @@
+"""What the brain publishes about the conversation: tracked threads and decisions."""

@@ -1,0 +1,145 @@
+"""BOOTSTRAP.md (seed 003): what an agent reads first, within a fixed character budget.
+
+Sections and their budgets: header and state 500, staleness warnings, hot snapshot 1000 (only if
+under 1 h old), narrative 2000 (only if under 36 h old), top threads 8000, recent decisions 3000,
+pinned working memory 1000, footer 500. Each section is cut to its budget and the whole to
+max_chars, always with a visible marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from cortex_pipelines.publish.narrative import PRIORITY_MARK, PRIORITY_ORDER
+
+TRUNCATED = "\n[…truncated]"
+BUDGETS = {
+    "header": 500,
+    "warnings": 500,
+    "snapshot": 1000,
+    "narrative": 2000,
+    "threads": 8000,
+    "decisions": 3000,
+    "pins": 1000,
+    "footer": 500,
+}
+SNAPSHOT_FRESH = timedelta(hours=1)
+NARRATIVE_FRESH = timedelta(hours=36)
+MODES = [
+    (5, "Night — emergencies only"),
+    (12, "Morning — brief, directive, efficient"),
+    (18, "Afternoon — execution mode"),
+    (23, "Evening — strategic, philosophical possible"),
+]
+
+
+@dataclass
+class BootInputs:
+    now: datetime  # naive UTC
+    timezone: str
+    last_activity: datetime | None
+    mood: str
+    warmup: str
+    snapshot: str | None
+    snapshot_at: datetime | None
+    narrative: str | None
+    narrative_at: datetime | None
+    threads: list[dict]
+    decisions: list[dict]
+    pins: list[dict]
+    counts: dict
+
+
+def mode_for(now_utc: datetime, timezone: str) -> str:
+    local = now_utc.replace(tzinfo=ZoneInfo("UTC")).astimezone(ZoneInfo(timezone))
+    for until, name in MODES:
+        if local.hour < until:
+            return name
+    return MODES[0][1]
+
+
+def fresh(at: datetime | None, now: datetime, limit: timedelta) -> bool:
+    return at is not None and now - at < limit
+
+
+def clip(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return text[: budget - len(TRUNCATED)].rstrip() + TRUNCATED
+
+
+def _threads(threads: list[dict], limit: int) -> str:
+    open_ = sorted(
+        (t for t in threads if t["status"] == "open"),
+        key=lambda t: (PRIORITY_ORDER.get(t["priority"], 9), -t["last_activity"].timestamp()),
+    )
+    lines = [f"## Active threads ({min(limit, len(open_))} of {len(open_)})"]
+    for t in open_[:limit]:
+        lines.append(f"### {PRIORITY_MARK.get(t['priority'], '')} {t['title']} [{t['priority']}]")
+        if t["summary"]:
+            lines.append(t["summary"])
+        if t["waiting_for"]:
+            lines.append(f"Waiting for: {t['waiting_for']}")
+        lines.append(
+            f"Last activity {t['last_activity']:%Y-%m-%d %H:%M}; mood {t['mood']}; "
+            f"msg {', '.join(map(str, t['sources'][-3:]))}"
+        )
+    if not open_:
+        lines.append("- none")
+    return "\n".join(lines)
+
+
+def render(data: BootInputs, max_chars: int, max_threads: int) -> str:
+    local_mode = mode_for(data.now, data.timezone)
+    header = "\n".join(
+        [
+            "# BOOTSTRAP — Cortex boot context",
+            "",
+            f"Activity up to {data.last_activity:%Y-%m-%d %H:%M} UTC."
+            if data.last_activity
+            else "No activity yet.",
+            f"Mode: {local_mode} ({data.timezone}). Mood: {data.mood}. Memory bulletin: {data.warmup}.",
+        ]
+    )
+    warnings = []
+    if data.last_activity and data.now - data.last_activity > timedelta(days=2):
+        warnings.append(
+            f"⚠ No activity for {(data.now - data.last_activity).days} days: "
+            "threads and decisions may be out of date."
+        )
+    if data.warmup in ("cold", "degraded"):
+        warnings.append(f"⚠ Memory bulletin is {data.warmup}.")
+    if data.narrative and not fresh(data.narrative_at, data.now, NARRATIVE_FRESH):
+        warnings.append("⚠ Narrative is older than 36 h and was left out.")
+    sections = [clip(header, BUDGETS["header"])]
+    if warnings:
+        sections.append(clip("## Warnings\n" + "\n".join(warnings), BUDGETS["warnings"]))
+    if data.snapshot and fresh(data.snapshot_at, data.now, SNAPSHOT_FRESH):
+        sections.append(clip("## Hot snapshot\n" + _body(data.snapshot), BUDGETS["snapshot"]))
+    if data.narrative and fresh(data.narrative_at, data.now, NARRATIVE_FRESH):
+        sections.append(clip("## Narrative\n" + _body(data.narrative), BUDGETS["narrative"]))
+    sections.append(clip(_threads(data.threads, max_threads), BUDGETS["threads"]))
+    decisions = [f"## Recent decisions ({len(data.decisions)})"]
+    decisions += [
+        f"- {d['decided_at']:%Y-%m-%d} [{d['impact']}] {' '.join(d['what'].split())} (msg {d['source']})"
+        for d in data.decisions
+    ] or ["- none in the last 14 days"]
+    sections.append(clip("\n".join(decisions), BUDGETS["decisions"]))
+    pins = ["## Pinned (working memory)"]
+    pins += [f"- {('[' + p['label'] + '] ') if p['label'] else ''}{p['text']}" for p in data.pins] or [
+        "- nothing pinned"
+    ]
+    sections.append(clip("\n".join(pins), BUDGETS["pins"]))
+    footer = "---\n" + " · ".join(f"{k}: {v}" for k, v in data.counts.items())
+    sections.append(clip(footer, BUDGETS["footer"]))
+    return clip("\n\n".join(sections) + "\n", max_chars)
+
+
+def _body(markdown: str) -> str:
+    """Embed another file without its top-level heading."""
+    lines = markdown.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
