@@ -342,7 +342,7 @@ def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db,
         )
         assert result.success
         checks = result.get_asset_check_evaluations()
-        assert len(checks) == 4 and all(c.passed for c in checks)
+        assert len(checks) == len(ALL_CHECKS) and all(c.passed for c in checks), checks
         facts = result.asset_materializations_for_node("extracted_facts")[0].metadata
         assert facts["new_facts"].value == 2 and "green tea" in facts["preview"].value
         calls_before = db.query("SELECT count(*) FROM llm_usage")[0][0]

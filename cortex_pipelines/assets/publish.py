@@ -235,13 +235,15 @@ def memory_bulletin(context: AssetExecutionContext, cortex: CortexResource) -> M
     try:
         result = publish(db, settings, "memory_bulletin", render, input_key=key)
     except LLMError as exc:
-        set_state(db, "memory_bulletin", "degraded", str(exc))
-        context.log.warning(f"bulletin generation failed, the previous bulletin stays: {exc}")
         path = settings.paths.out / FILES["memory_bulletin"]
         result = Published(
-            "memory_bulletin", path, path.read_text() if path.is_file() else "", False, warning=str(exc)
+            "memory_bulletin",
+            path,
+            path.read_text() if path.is_file() else "",
+            False,
+            warning=f"bulletin generation failed, the previous bulletin stays: {exc}",
         )
-    if result.warning and not (settings.paths.out / FILES["memory_bulletin"]).is_file():
+    if result.warning:  # generation or writing failed: the previous bulletin (if any) stays
         set_state(db, "memory_bulletin", "degraded", result.warning)
     warmup = state(db, "memory_bulletin")["state"]
     return _file_result(context, result, memories=len(rows), warmup=warmup, **tokens)

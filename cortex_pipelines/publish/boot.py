@@ -75,17 +75,20 @@ def _threads(threads: list[dict], limit: int) -> str:
         (t for t in threads if t["status"] == "open"),
         key=lambda t: (PRIORITY_ORDER.get(t["priority"], 9), -t["last_activity"].timestamp()),
     )
-    lines = [f"## Active threads ({min(limit, len(open_))} of {len(open_)})"]
-    for t in open_[:limit]:
-        lines.append(f"### {PRIORITY_MARK.get(t['priority'], '')} {t['title']} [{t['priority']}]")
+    shown = open_[:limit]
+    lines = [f"## Active threads ({len(shown)} of {len(open_)})"]
+    each = (BUDGETS["threads"] - 100) // max(1, len(shown))  # every top thread gets its share
+    for t in shown:
+        block = [f"### {PRIORITY_MARK.get(t['priority'], '')} {t['title'][:120]} [{t['priority']}]"]
         if t["summary"]:
-            lines.append(t["summary"])
+            block.append(t["summary"])
         if t["waiting_for"]:
-            lines.append(f"Waiting for: {t['waiting_for']}")
-        lines.append(
+            block.append(f"Waiting for: {t['waiting_for']}")
+        block.append(
             f"Last activity {t['last_activity']:%Y-%m-%d %H:%M}; mood {t['mood']}; "
             f"msg {', '.join(map(str, t['sources'][-3:]))}"
         )
+        lines.append(clip("\n".join(block), each))
     if not open_:
         lines.append("- none")
     return "\n".join(lines)

@@ -1,0 +1,270 @@
+"""Published files: budgets, staleness, atomicity, idleness, warmup, the anthropic bulletin."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.ingest.inbox import ingest_path
+from cortex_pipelines.instance import status
+from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory.store import FactDraft
+from cortex_pipelines.publish import boot
+from cortex_pipelines.publish.outputs import find_secrets, publish, redact
+from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import utcnow
+from tests.support.messages_server import error, text
+
+PUBLISHED = ("narrative.md", "BOOTSTRAP.md", "memory_bulletin.md")
+MATERIALIZABLE = [a for a in ALL_ASSETS if a.key.path[0] != "bus_messages"]
+
+
+def _history(settings, db, tmp_path, lines: list[tuple[str, str]]):
+    path = tmp_path / "history.jsonl"
+    start = utcnow() - timedelta(hours=3)
+    rows = [
+        {
+            "channel": ch,
+            "text": t,
+            "sender": "maya",
+            "external_id": f"h{n}",
+            "timestamp": (start + timedelta(minutes=n)).isoformat() + "Z",
+        }
+        for n, (ch, t) in enumerate(lines)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert ingest_path(path, settings, db, history=True).accepted == len(rows)
+
+
+CONVERSATION = [
+    ("webchat", "My name is Maya Costa and I work as a freelance product designer."),
+    ("telegram", "I prefer window seats on long flights."),
+    ("webchat", "Back to the Helios redesign: we decided to go with Figma over Sketch."),
+    ("webchat", "My goal is to ship the Helios redesign by December 15."),
+    ("telegram", "Wir haben beschlossen, das Budget auf 5000 Euro zu erhöhen."),
+]
+
+
+def _materialize(settings, instance):
+    result = materialize(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        instance=instance,
+        selection=MATERIALIZABLE,
+        resources={"cortex": CortexResource(home=str(settings.home))},
+    )
+    assert result.success
+    return result
+
+
+def _files(settings) -> dict[str, bytes]:
+    return {name: (settings.paths.out / name).read_bytes() for name in PUBLISHED}
+
+
+def test_outputs_reflect_the_conversation_and_idle_runs_change_nothing(settings, db, tmp_path):
+    _history(settings, db, tmp_path, CONVERSATION)
+    with DagsterInstance.ephemeral() as instance:
+        first = _materialize(settings, instance)
+        before = _files(settings)
+        calls = db.query("SELECT count(*) FROM llm_usage")[0][0]
+        second = _materialize(settings, instance)
+    assert _files(settings) == before  # byte-identical, so a prompt cache stays warm
+    assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls
+    for name in ("narrative", "memory_bulletin", "boot_context"):
+        meta = second.asset_materializations_for_node(name)[0].metadata
+        assert meta["changed"].value is False
+        assert first.asset_materializations_for_node(name)[0].metadata["preview"].value.startswith("#")
+
+    bulletin = before["memory_bulletin.md"].decode()
+    assert "## Preferences (1 of 1)" in bulletin and "window seats" in bulletin and "(src " in bulletin
+    assert "Figma" in bulletin and "Budget auf 5000 Euro" in bulletin and "Maya Costa" in bulletin
+    boot_md = before["BOOTSTRAP.md"].decode()
+    assert len(boot_md) <= settings.boot_max_chars and "Helios" in boot_md
+    assert "Recent decisions" in boot_md and "[high]" in boot_md  # budget → high impact
+    assert "Helios" in before["narrative.md"].decode()
+    assert status(settings)["warmup"] == "warm"
+
+
+def test_bootstrap_stays_within_budget_with_large_state(settings):
+    now = utcnow()
+    threads = [
+        {
+            "title": f"Thread {i} " + "x" * 300,
+            "status": "open",
+            "priority": "high",
+            "summary": "s" * 2000,
+            "waiting_for": "w" * 200,
+            "mood": "tense",
+            "last_activity": now,
+            "sources": [i],
+        }
+        for i in range(40)
+    ]
+    decisions = [{"what": "d" * 900, "impact": "high", "decided_at": now, "source": i} for i in range(30)]
+    data = boot.BootInputs(
+        now=now,
+        timezone="Europe/Lisbon",
+        last_activity=now,
+        mood="tense",
+        warmup="warm",
+        snapshot="# Hot\n" + "s" * 5000,
+        snapshot_at=now,
+        narrative="# N\n" + "n" * 9000,
+        narrative_at=now,
+        threads=threads,
+        decisions=decisions,
+        pins=[{"label": "x", "text": "p" * 3000}],
+        counts={"facts": 1},
+    )
+    for budget in (16000, 4000):
+        out = boot.render(data, budget, max_threads=7)
+        assert len(out) <= budget and "[…truncated]" in out
+    out = boot.render(data, 16000, max_threads=7)
+    assert out.count("### ") == 7  # top 7 threads only
+
+
+def test_staleness_rules(settings):
+    now = utcnow()
+    base = dict(
+        now=now,
+        timezone="UTC",
+        mood="neutral",
+        warmup="warm",
+        threads=[],
+        decisions=[],
+        pins=[],
+        counts={},
+        snapshot="# Hot\nSNAPSHOT BODY",
+        narrative="# N\nNARRATIVE BODY",
+    )
+    fresh = boot.render(
+        boot.BootInputs(
+            last_activity=now,
+            snapshot_at=now - timedelta(minutes=30),
+            narrative_at=now - timedelta(hours=30),
+            **base,
+        ),
+        16000,
+        7,
+    )
+    assert "SNAPSHOT BODY" in fresh and "NARRATIVE BODY" in fresh and "Warnings" not in fresh
+    stale = boot.render(
+        boot.BootInputs(
+            last_activity=now - timedelta(days=3),
+            snapshot_at=now - timedelta(hours=2),
+            narrative_at=now - timedelta(hours=40),
+            **{**base, "warmup": "degraded"},
+        ),
+        16000,
+        7,
+    )
+    assert "SNAPSHOT BODY" not in stale and "NARRATIVE BODY" not in stale
+    assert "No activity for 3 days" in stale and "older than 36 h" in stale and "degraded" in stale
+
+
+def test_a_failed_write_keeps_the_old_file_whole(tmp_path, monkeypatch):
+    target = tmp_path / "out" / "BOOTSTRAP.md"
+    write_atomic(target, "old and complete\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        write_atomic(target, "new " * 10000)
+    assert target.read_text() == "old and complete\n"
+    assert [p.name for p in target.parent.iterdir()] == ["BOOTSTRAP.md"]  # no temp file left behind
+
+
+def test_unwritable_output_folder_is_a_warning_not_a_crash(settings, db, tmp_path, monkeypatch):
+    import cortex_pipelines.publish.outputs as outputs
+
+    _history(settings, db, tmp_path, CONVERSATION[:2])
+    with DagsterInstance.ephemeral() as instance:
+        _materialize(settings, instance)
+        before = _files(settings)
+        db.run(lambda con: con.execute("UPDATE facts SET text = text || ' Really.'"))
+
+        def read_only(path, content, mode=None):
+            raise PermissionError(13, "Permission denied", str(path))
+
+        monkeypatch.setattr(outputs, "write_atomic", read_only)
+        result = _materialize(settings, instance)  # succeeds: a warning, not a failure
+    assert _files(settings) == before
+    meta = result.asset_materializations_for_node("memory_bulletin")[0].metadata
+    assert "Permission denied" in meta["warning"].value
+    assert status(settings)["warmup"] == "degraded"
+
+
+def test_publish_skips_a_failed_write_and_retries_next_time(settings, db, monkeypatch):
+    import cortex_pipelines.publish.outputs as outputs
+
+    first = publish(db, settings, "narrative", lambda: "# N\nfirst\n")
+    assert first.changed
+
+    def no_space(path, content, mode=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "write_atomic", no_space)
+    failed = publish(db, settings, "narrative", lambda: "# N\nsecond\n")
+    assert failed.warning and "kept the last good file" in failed.warning
+    assert (settings.paths.out / "narrative.md").read_text() == "# N\nfirst\n"
+    monkeypatch.undo()
+    assert publish(db, settings, "narrative", lambda: "# N\nsecond\n").changed
+
+
+def test_secrets_never_reach_a_published_file(settings):
+    s = load_settings(settings.home, api_key="sk-ant-api03-abcdefghijklmnop")
+    leaked = "My key is sk-ant-api03-abcdefghijklmnop and password = hunter2hunter2"
+    clean = redact(leaked, s)
+    assert "sk-ant" not in clean and "hunter2" not in clean
+    assert find_secrets(leaked, s) and not find_secrets(clean, s)
+
+
+def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
+    settings, db, tmp_path, messages_server
+):
+    s_env = {
+        "CORTEX_LLM_PROVIDER": "anthropic",
+        "CORTEX_BASE_URL": messages_server.url,
+        "CORTEX_API_KEY": "test-key",
+        "CORTEX_LLM_RETRIES": "0",
+    }
+    os.environ.update(s_env)
+    try:
+        _history(settings, db, tmp_path, CONVERSATION[:2])
+
+        def responder(body):
+            if "memory bulletin" in body["system"].lower():
+                return text("# Memory Bulletin\n\nMaya is a designer who likes window seats.")
+            return text("[]")  # extraction: nothing new (patterns are not used with the LLM)
+
+        messages_server.responder = responder
+        with DagsterInstance.ephemeral() as instance:
+            _materialize(settings, instance)
+            bulletin = (settings.paths.out / "memory_bulletin.md").read_text()
+            assert bulletin.startswith("# Memory Bulletin") and "window seats" in bulletin
+            purposes = [r[0] for r in db.query("SELECT purpose FROM llm_usage ORDER BY id")]
+            assert purposes.count("bulletin") == 1
+            _materialize(settings, instance)  # nothing changed: no bulletin call
+            purposes = [r[0] for r in db.query("SELECT purpose FROM llm_usage ORDER BY id")]
+            assert purposes.count("bulletin") == 1
+
+            # Memory changes, the model fails: the previous bulletin stays, state is degraded.
+            db.run(
+                memory_store.insert,
+                FactDraft("I prefer aisle seats on trains", "preference", 2, (1,), ("telegram",), utcnow()),
+            )
+            messages_server.responder = lambda body: error(500)
+            _materialize(settings, instance)
+        assert (settings.paths.out / "memory_bulletin.md").read_text() == bulletin
+        assert status(settings)["warmup"] == "degraded"
+    finally:
+        for key in s_env:
+            os.environ.pop(key, None)
