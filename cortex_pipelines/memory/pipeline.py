@@ -38,6 +38,14 @@ class WriteReport:
     turns_read: int = 0
 
 
+def episode_search_text(sender: str | None, text: str, prev_sender: str | None, prev_text: str | None) -> str:
+    """A turn as search sees it: who said it, and the turn it answers."""
+    own = f"{sender or 'unknown'}: {text}"
+    if prev_text is None:
+        return own
+    return f"{prev_sender or 'unknown'}: {prev_text[:1000]}\n{own}"
+
+
 def index_episodes(
     db: Database,
     vectors: VectorStore,
@@ -51,13 +59,20 @@ def index_episodes(
     while True:
         cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
         rows = db.query(
-            "SELECT id, role, channel, sender, content, ts FROM session "
-            "WHERE id > ? AND content <> '[silence]' ORDER BY id LIMIT ?",
+            """
+            SELECT id, role, channel, sender, content, ts, prev_sender, prev_content FROM (
+                SELECT id, role, channel, sender, content, ts,
+                       lag(sender) OVER w AS prev_sender, lag(content) OVER w AS prev_content
+                FROM session WHERE content <> '[silence]'
+                WINDOW w AS (PARTITION BY channel ORDER BY id)
+            ) WHERE id > ? ORDER BY id LIMIT ?
+            """,
             [cursor, batch],
         )
         if not rows:
             break
-        vecs = embedder.encode([r[4] for r in rows])
+        search = [episode_search_text(r[3], r[4], r[6], r[7]) for r in rows]
+        vecs = embedder.encode(search)
         vectors.upsert(
             EPISODIC,
             [
@@ -67,6 +82,7 @@ def index_episodes(
                     "channel": r[2],
                     "sender": r[3],
                     "text": r[4],
+                    "search_text": search[i],
                     "stated_at": r[5],
                     "vector": vecs[i].tolist(),
                     "sources": [r[0]],
@@ -88,6 +104,7 @@ def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
     return {
         "id": fact["id"],
         "text": fact["text"],
+        "search_text": fact["text"],
         "vector": vector.tolist(),
         "channel": (fact["channels"] or [None])[0],
         "sources": list(fact["sources"]),

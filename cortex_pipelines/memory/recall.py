@@ -23,6 +23,9 @@ from cortex_pipelines.storage import Database, utcnow
 
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
+# Full-text matches lead; vector similarity adds paraphrase recall at a lower weight. On the LoCoMo
+# development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone.
+FTS_WEIGHT, VECTOR_WEIGHT = 1.0, 0.25
 QUESTION_WEIGHT = 0.75  # a question the user asked is weaker evidence than a statement they made
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 _STOP = frozenset(
@@ -75,12 +78,13 @@ def _relevant(vector_hits: list[dict]) -> list[dict]:
     return [h for h in vector_hits if 1.0 - h["_distance"] >= MIN_COSINE]
 
 
-def _fuse(lists: list[list[dict]]) -> dict[int, _Candidate]:
+def _fuse(vector_hits: list[dict], text_hits: list[dict]) -> dict[int, _Candidate]:
+    """Weighted reciprocal rank fusion of a vector and a full-text result list."""
     fused: dict[int, _Candidate] = {}
-    for results in lists:
+    for weight, results in ((VECTOR_WEIGHT, vector_hits), (FTS_WEIGHT, text_hits)):
         for rank, row in enumerate(results):
             cand = fused.setdefault(int(row["id"]), _Candidate(row))
-            cand.rrf += 1.0 / (RRF_K + rank + 1)
+            cand.rrf += weight / (RRF_K + rank + 1)
     return fused
 
 
@@ -143,10 +147,8 @@ def recall(
         )
         qvec = embedder.encode([query])[0]
         facts = _fuse(
-            [
-                _relevant(vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'")),
-                vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
-            ]
+            _relevant(vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'")),
+            vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
         )
         meta = {}
         if facts:
@@ -189,10 +191,8 @@ def recall(
         if exclude_sources:
             where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
         episodes = _fuse(
-            [
-                _relevant(vectors.vector_search(EPISODIC, qvec, pool, where)),
-                vectors.text_search(EPISODIC, query, pool, where),
-            ]
+            _relevant(vectors.vector_search(EPISODIC, qvec, pool, where)),
+            vectors.text_search(EPISODIC, query, pool, where),
         )
         for cand in episodes.values():
             row = cand.row

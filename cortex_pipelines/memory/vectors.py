@@ -24,6 +24,9 @@ SEMANTIC = "semantic"
 _COMMON = [
     pa.field("id", pa.int64()),
     pa.field("text", pa.string()),
+    # What search sees: for an episode, the turn with its speaker and the turn before it, so a
+    # question phrased like the earlier turn still finds the answer; for a fact, its text.
+    pa.field("search_text", pa.string()),
     pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
     pa.field("channel", pa.string()),
     pa.field("sources", pa.list_(pa.int64())),
@@ -138,7 +141,7 @@ class VectorStore:
         indices = {ix.index_type: ix for ix in table.list_indices()}
         fts = indices.get("FTS")
         if fts is None:
-            table.create_index("text", config=FTS(with_position=False), replace=True)
+            table.create_index("search_text", config=FTS(with_position=False), replace=True)
             built.append("fts")
         if rows >= vector_min_rows and not any(t.startswith("IVF") for t in indices):
             table.create_index(metric="cosine", vector_column_name="vector", replace=True)
