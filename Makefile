@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint dev
+.PHONY: demo test lint dev bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) -m bench.locomo --data ../shared/data/locomo/locomo_dev.json --json bench/results/locomo.json
+	$(PY) -m bench.perf --json bench/results/perf.json
 
 dev: $(STAMP)
 	$(VENV)/bin/cortex dev

@@ -120,6 +120,7 @@ def expand(hits, session_to_dia: dict[int, str]) -> list[str]:
 
 
 def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Scores], progress, task):
+    import Stemmer
     from bm25s import BM25
     from bm25s import tokenize as bm25_tokenize
     from dagster import DagsterInstance, materialize
@@ -175,8 +176,11 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
         dia_order = [r["external_id"] for r in rows]
         texts = [r["text"] for r in rows]
 
+        stemmer = Stemmer.Stemmer("english")
         bm25 = BM25()
-        bm25.index(bm25_tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        bm25.index(
+            bm25_tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False
+        )
         turn_vecs = embedder.encode(texts)
 
         for qa in sample["qa"]:
@@ -192,7 +196,7 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
             scores["cortex"].add(expand(hits, session_to_dia), gold, category)
 
             idx, _ = bm25.retrieve(
-                bm25_tokenize([question], stopwords="en", show_progress=False),
+                bm25_tokenize([question], stopwords="en", stemmer=stemmer, show_progress=False),
                 k=min(max(KS), len(texts)),
                 show_progress=False,
             )

@@ -9,7 +9,7 @@ from pathlib import Path
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory import store
-from cortex_pipelines.memory.vectors import EPISODIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.publish.outputs import FILES
 from cortex_pipelines.publish.outputs import state as published_state
 from cortex_pipelines.storage import Database, bus, outbox, usage
@@ -59,7 +59,7 @@ def status(settings: Settings) -> dict:
         "memory": {
             "hot": tiers["hot"],
             "cold": tiers["cold"],
-            "episodic": VectorStore(settings.paths.lance).count(EPISODIC),
+            "episodic": vector_store(settings.paths.lance).count(EPISODIC),
             "pinned": len(db.run(pins)),
         },
         "llm": {"provider": settings.llm_provider, **usage.totals(db)},

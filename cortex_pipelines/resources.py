@@ -5,7 +5,7 @@ from dagster import ConfigurableResource
 from cortex_pipelines.config import Settings, load_settings
 from cortex_pipelines.llm import LLMClient, make_client
 from cortex_pipelines.memory.embedder import Embedder, get_embedder
-from cortex_pipelines.memory.vectors import VectorStore
+from cortex_pipelines.memory.vectors import VectorStore, vector_store
 from cortex_pipelines.storage import Database
 
 
@@ -29,7 +29,7 @@ class CortexResource(ConfigurableResource):
         return None if settings.llm_provider == "offline" else make_client(settings, "extraction")
 
     def vectors(self) -> VectorStore:
-        return VectorStore(self.settings().paths.lance)
+        return vector_store(self.settings().paths.lance)
 
     def embedder(self) -> Embedder:
         s = self.settings()

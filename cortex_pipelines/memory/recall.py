@@ -18,7 +18,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
 RRF_K = 60
@@ -26,7 +26,6 @@ MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, 
 # Full-text matches lead; vector similarity adds paraphrase recall at a lower weight. On the LoCoMo
 # development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone.
 FTS_WEIGHT, VECTOR_WEIGHT = 1.0, 0.25
-QUESTION_WEIGHT = 0.75  # a question the user asked is weaker evidence than a statement they made
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 _STOP = frozenset(
     """a an and are as at be but by can could did do does for from had has have how i i'm in is it
@@ -103,12 +102,14 @@ def _weight(
     return rrf * signal * decay
 
 
-def _tail_keyword_hits(db: Database, query: str, after_id: int, exclude: set[int], k: int) -> list[Hit]:
+def _tail_keyword_hits(con, query: str, exclude: set[int], k: int) -> list[Hit]:
+    """Keyword search over user turns said since the last episodic indexing run."""
     terms = keywords(query)[:16]
     if not terms:
         return []
+    after_id = store.get_cursor(con, EPISODIC_CURSOR)
     clauses = " + ".join(["(regexp_matches(lower(content), ?))::INT"] * len(terms))
-    rows = db.query(
+    rows = con.execute(
         f"""
         SELECT id, channel, content, ts, score FROM (
             SELECT id, channel, content, ts, ({clauses}) AS score FROM session
@@ -117,11 +118,23 @@ def _tail_keyword_hits(db: Database, query: str, after_id: int, exclude: set[int
         ORDER BY score DESC, ts DESC LIMIT ?
         """,
         [*[rf"\b{re.escape(t)}" for t in terms], after_id, sorted(exclude), k],
-    )
+    ).fetchall()
     return [
         Hit(text, 1.0 / (RRF_K + n + 1) * score / len(terms), "episodic", [sid], ch, ts)
         for n, (sid, ch, text, ts, score) in enumerate(rows)
     ]
+
+
+def _fact_meta(con, ids: list[int]) -> dict[int, dict]:
+    if not ids:
+        return {}
+    cur = con.execute(
+        "SELECT id, tier, status, hit_count, decay, importance, stated_at FROM facts "
+        "WHERE id IN (SELECT unnest(?))",
+        [ids],
+    )
+    names = [d[0] for d in cur.description]
+    return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
 
 
 def recall(
@@ -137,10 +150,11 @@ def recall(
     query = query.strip()
     if not query:
         return []
-    vectors = vectors or VectorStore(settings.paths.lance)
+    vectors = vectors or vector_store(settings.paths.lance)
     now = utcnow()
     pool = max(25, k * 5)
-    hits: list[Hit] = []
+    facts: dict[int, _Candidate] = {}
+    episodes: dict[int, _Candidate] = {}
     if vectors.exists(SEMANTIC) or vectors.exists(EPISODIC):
         embedder = get_embedder(
             settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
@@ -150,43 +164,6 @@ def recall(
             _relevant(vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'")),
             vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
         )
-        meta = {}
-        if facts:
-            ids = list(facts)
-            meta = {
-                r["id"]: r
-                for r in db.query_dicts(
-                    "SELECT id, tier, status, hit_count, decay, importance, last_accessed_at, stated_at "
-                    "FROM facts WHERE id IN (SELECT unnest(?))",
-                    [ids],
-                )
-            }
-        for fact_id, cand in facts.items():
-            info = meta.get(fact_id)
-            if info is None or info["status"] != "active":
-                continue  # LanceDB lags DuckDB: DuckDB is the truth
-            row = cand.row
-            score = _weight(
-                cand.rrf,
-                info["stated_at"],
-                info["importance"],
-                info["hit_count"],
-                info["decay"],
-                settings.recency_half_life_hours,
-                now,
-            )
-            hits.append(
-                Hit(
-                    row["text"],
-                    score,
-                    info["tier"],
-                    list(row["sources"]),
-                    row["channel"],
-                    info["stated_at"],
-                    fact_id,
-                    row["category"],
-                )
-            )
         where = "role = 'user'"
         if exclude_sources:
             where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
@@ -194,14 +171,43 @@ def recall(
             _relevant(vectors.vector_search(EPISODIC, qvec, pool, where)),
             vectors.text_search(EPISODIC, query, pool, where),
         )
-        for cand in episodes.values():
-            row = cand.row
-            score = _weight(cand.rrf, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
-            hits.append(
-                Hit(row["text"], score, "episodic", list(row["sources"]), row["channel"], row["stated_at"])
+
+    def read(con):  # one short DuckDB transaction for everything recall needs from it
+        return _fact_meta(con, list(facts)), _tail_keyword_hits(con, query, set(exclude_sources), pool)
+
+    meta, hits = db.run(read)
+    for fact_id, cand in facts.items():
+        info = meta.get(fact_id)
+        if info is None or info["status"] != "active":
+            continue  # LanceDB lags DuckDB: DuckDB is the truth
+        row = cand.row
+        score = _weight(
+            cand.rrf,
+            info["stated_at"],
+            info["importance"],
+            info["hit_count"],
+            info["decay"],
+            settings.recency_half_life_hours,
+            now,
+        )
+        hits.append(
+            Hit(
+                row["text"],
+                score,
+                info["tier"],
+                list(row["sources"]),
+                row["channel"],
+                info["stated_at"],
+                fact_id,
+                row["category"],
             )
-    indexed_upto = db.run(store.get_cursor, EPISODIC_CURSOR)
-    hits += _tail_keyword_hits(db, query, indexed_upto, set(exclude_sources), pool)
+        )
+    for cand in episodes.values():
+        row = cand.row
+        score = _weight(cand.rrf, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
+        hits.append(
+            Hit(row["text"], score, "episodic", list(row["sources"]), row["channel"], row["stated_at"])
+        )
     hits.sort(key=lambda h: h.score, reverse=True)
     top = hits[:k]
     if touch:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from datetime import timedelta
+from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,25 +56,34 @@ _retry_commit = retry(
 
 
 class VectorStore:
+    """Connection and table handles are reused; reads always see the latest committed version
+    (read_consistency_interval=0), so another process's writes are never missed."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._conn = None
+        self._tables: dict[str, object] = {}
 
     def _db(self):
-        import lancedb
+        if self._conn is None:
+            import lancedb
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        return lancedb.connect(str(self.path))
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._conn = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
+        return self._conn
 
     def table(self, name: str):
         """Open a table, creating it empty on first use."""
-        db = self._db()
-        try:
-            return db.open_table(name)
-        except (FileNotFoundError, ValueError):
-            return db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
+        if name not in self._tables:
+            db = self._db()
+            try:
+                self._tables[name] = db.open_table(name)
+            except (FileNotFoundError, ValueError):
+                self._tables[name] = db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
+        return self._tables[name]
 
     def exists(self, name: str) -> bool:
-        return name in self._db().list_tables().tables
+        return name in self._tables or name in self._db().list_tables().tables
 
     def count(self, name: str, where: str | None = None) -> int:
         if not self.exists(name):
@@ -153,3 +164,9 @@ class VectorStore:
         """Compact fragments and fold new rows into the indexes (scheduled, not per write)."""
         if self.exists(name):
             self.table(name).optimize()
+
+
+@cache
+def vector_store(path: Path) -> VectorStore:
+    """One store (and its open handles) per LanceDB folder and process."""
+    return VectorStore(path)
