@@ -24,7 +24,7 @@ from cortex_pipelines.storage.session import (
     Turn,
     channel_history,
     channel_states,
-    last_user_text,
+    last_user_texts,
     pins,
 )
 
@@ -122,6 +122,7 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
     # Layer 3: background — one line per other channel active within the idle cutoff.
     cutoff = utcnow() - timedelta(hours=settings.background_idle_hours)
     background = []
+    said = last_user_texts(con)
     for state in channel_states(con):
         last_at = state["last_message_at"]
         if state["channel"] == msg.channel or state["layer"] == "archived":
@@ -130,8 +131,8 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
             continue
         summary = state["summary"]
         if not summary:
-            said = last_user_text(con, state["channel"])
-            summary = f"user said: {' '.join(said.split())[:100]}" if said else "no messages"
+            last = said.get(state["channel"])
+            summary = f"user said: {' '.join(last.split())[:100]}" if last else "no messages"
         background.append(f"[{state['channel']}] {summary} (last: {last_at:%Y-%m-%d %H:%M})")
     background_text = ""
     if background:

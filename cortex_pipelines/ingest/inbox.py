@@ -155,15 +155,18 @@ def _candidates(inbox: Path) -> list[tuple[Path, str]]:
 
 
 def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
-    """One pass over the inbox: validate, insert idempotently, then archive or reject each file."""
+    """One pass over the inbox: validate every file, insert all good rows in one transaction
+    (idempotently, in file order), then archive the good files and reject the bad ones."""
     report = IngestReport()
+    accepted: list[tuple[FileOutcome, str, str, int]] = []  # outcome, folder, source, rows
+    rows: list[dict] = []
     for path, folder in _candidates(settings.paths.inbox):
         outcome = FileOutcome(path)
         report.files.append(outcome)
         try:
             if not folder:
                 raise EnvelopeError("files belong in inbox/<channel>/, not the inbox root")
-            rows = read_file(path, settings, folder_channel=folder)
+            file_rows = read_file(path, settings, folder_channel=folder)
         except EnvelopeError as exc:
             outcome.error = str(exc)
             try:
@@ -179,9 +182,16 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
             outcome.error = f"unreadable: {exc.strerror or exc}"
             _reject(path, outcome.error, settings, folder or "_root")
             continue
-        result = db.run(enqueue_rows, rows, f"inbox/{folder}/{path.name}")
-        outcome.accepted, outcome.duplicates = len(result.inserted), result.duplicates
-        _archive(path, settings, folder)
+        source = f"inbox/{folder}/{path.name}"
+        rows += [{**row, "source": source} for row in file_rows]
+        accepted.append((outcome, folder, source, len(file_rows)))
+    if not accepted:
+        return report
+    result = db.run(enqueue_rows, rows, "inbox")
+    for outcome, folder, source, count in accepted:  # only after the commit
+        outcome.accepted = result.inserted_by_source.get(source, 0)
+        outcome.duplicates = count - outcome.accepted
+        _archive(outcome.path, settings, folder)
     return report
 
 

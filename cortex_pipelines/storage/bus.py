@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -45,29 +45,36 @@ class BusMessage:
 class EnqueueResult:
     inserted: list[int]
     duplicates: int
+    inserted_by_source: dict[str, int] = field(default_factory=dict)
 
 
 def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> EnqueueResult:
-    """Insert validated rows in one statement through Arrow; existing (channel, external_id) win."""
+    """Insert validated rows in one statement through Arrow, in order; existing (channel,
+    external_id) win. A row may name its own `source` (the file it came from)."""
     if not rows:
         return EnqueueResult([], 0)
-    frame = pl.DataFrame(rows, schema=_ROW_SCHEMA)  # noqa: F841 - read by DuckDB's replacement scan
-    now = utcnow()
+    frame = pl.DataFrame(  # noqa: F841 - read by DuckDB's replacement scan
+        [{**row, "source": row.get("source", source), "ordinal": n} for n, row in enumerate(rows)],
+        schema={**_ROW_SCHEMA, "source": pl.String, "ordinal": pl.Int64},
+    )
     inserted = con.execute(
         """
         INSERT INTO bus (channel, external_id, sender, text, priority, priority_rank, thread,
                          reply_to, metadata, sent_at, enqueued_at, source, state)
         SELECT channel, external_id, sender, text, priority, priority_rank, thread, reply_to,
-               metadata::JSON, sent_at, ?, ?, ?
-        FROM frame
+               metadata::JSON, sent_at, ?, source, ?
+        FROM frame ORDER BY ordinal
         ON CONFLICT (channel, external_id) DO NOTHING
-        RETURNING id
+        RETURNING id, source
         """,
-        [now, source, state],
+        [utcnow(), state],
     ).fetchall()
     ids = sorted(r[0] for r in inserted)
+    per_source: dict[str, int] = {}
+    for _, src in inserted:
+        per_source[src] = per_source.get(src, 0) + 1
     # Rows repeated inside one batch collapse too; count them as duplicates.
-    return EnqueueResult(ids, len(rows) - len(ids))
+    return EnqueueResult(ids, len(rows) - len(ids), per_source)
 
 
 def _to_message(row: tuple) -> BusMessage:

@@ -107,12 +107,12 @@ def channel_history(con, channel: str, limit: int, before_id: int | None = None)
     return [Turn(*r) for r in reversed(rows)]
 
 
-def last_user_text(con, channel: str) -> str | None:
-    row = con.execute(
-        "SELECT content FROM session WHERE channel = ? AND role = 'user' ORDER BY ts DESC, id DESC LIMIT 1",
-        [channel],
-    ).fetchone()
-    return row[0] if row else None
+def last_user_texts(con) -> dict[str, str]:
+    """The user's latest words on every channel, in one scan."""
+    rows = con.execute(
+        "SELECT channel, arg_max(content, id) FROM session WHERE role = 'user' GROUP BY channel"
+    ).fetchall()
+    return dict(rows)
 
 
 def _dicts(cur) -> list[dict]:

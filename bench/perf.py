@@ -1,0 +1,336 @@
+"""Performance suite: medians of repeated runs, each beside a baseline measured in the same process.
+
+    python -m bench.perf --json bench/results/perf.json [--quick]
+
+ingest   sensor ingest of a 50,000-message JSONL file and of 1,000 one-message files, against a bare
+         DuckDB INSERT of the same rows
+recall   memory_query p50/p95 over 10,000 and 100,000 memories (synthetic texts of realistic length,
+         random unit vectors), against brute-force numpy cosine over the same vectors
+context  context assembly p50/p95 with 100,000 session rows across 20 channels
+embed    our embedder over raw SentenceTransformer.encode on the same texts, and sentences/s
+run      `cortex run` wall time per message for 200 messages with the offline provider
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+WORDS = (
+    "the a my we our project meeting flight seat window coffee budget design review sprint "
+    "client workshop berlin lisbon helios figma prototype deadline call friday monday report "
+    "dinner vegetarian passport renew trip japan cowork desk monitor running marathon april "
+    "garden tomatoes sister birthday gift book novel painting concert jazz evening morning"
+).split()
+
+
+def sentence(rng: random.Random, lo: int = 8, hi: int = 40) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))).capitalize() + "."
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
+
+
+def _home(tmp: Path, name: str):
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.instance import init_home
+    from cortex_pipelines.storage import Database
+
+    settings = load_settings(tmp / name, llm_provider="offline")
+    init_home(settings)
+    return settings, Database(settings.paths.db)
+
+
+def bench_ingest(tmp: Path, reps: int, progress) -> dict:
+    import duckdb
+    import polars as pl
+
+    from cortex_pipelines.ingest.inbox import ingest_inbox
+
+    rng = random.Random(7)
+    now = datetime.now().replace(microsecond=0)
+    batch = [
+        {
+            "channel": "webchat",
+            "text": sentence(rng),
+            "sender": "maya",
+            "external_id": f"m{i}",
+            "timestamp": (now - timedelta(seconds=50_000 - i)).isoformat(),
+        }
+        for i in range(50_000)
+    ]
+    body = "".join(json.dumps(m) + "\n" for m in batch)
+    jsonl, files, bare = [], [], []
+    task = progress.add_task("ingest", total=reps)
+    for rep in range(reps):
+        settings, db = _home(tmp, f"ingest-{rep}")
+        (settings.paths.inbox / "webchat").mkdir(parents=True, exist_ok=True)
+        (settings.paths.inbox / "webchat" / "batch.jsonl").write_text(body)
+        started = time.perf_counter()
+        assert ingest_inbox(settings, db).accepted == len(batch)
+        jsonl.append(len(batch) / (time.perf_counter() - started))
+
+        settings, db = _home(tmp, f"files-{rep}")
+        folder = settings.paths.inbox / "telegram"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, m in enumerate(batch[:1000]):
+            (folder / f"{i:05d}.json").write_text(json.dumps({**m, "channel": "telegram"}))
+        started = time.perf_counter()
+        assert ingest_inbox(settings, db).accepted == 1000
+        files.append(1000 / (time.perf_counter() - started))
+
+        frame = pl.DataFrame(batch)  # noqa: F841 - read by DuckDB
+        con = duckdb.connect(str(tmp / f"bare-{rep}.duckdb"))
+        con.execute(
+            "CREATE TABLE t (channel VARCHAR, text VARCHAR, sender VARCHAR, external_id VARCHAR, "
+            "timestamp VARCHAR)"
+        )
+        started = time.perf_counter()
+        con.execute("INSERT INTO t SELECT channel, text, sender, external_id, timestamp FROM frame")
+        bare.append(len(batch) / (time.perf_counter() - started))
+        con.close()
+        progress.advance(task)
+    ours = statistics.median(jsonl)
+    return {
+        "jsonl_50k_msgs_per_s": round(ours),
+        "files_1k_msgs_per_s": round(statistics.median(files)),
+        "bare_insert_msgs_per_s": round(statistics.median(bare)),
+        "ratio_jsonl_vs_bare": round(ours / statistics.median(bare), 3),
+    }
+
+
+def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
+    from cortex_pipelines.memory.embedder import DIMENSIONS, get_embedder
+    from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
+    from cortex_pipelines.memory.recall import recall
+    from cortex_pipelines.memory.store import set_cursor
+    from cortex_pipelines.memory.vectors import EPISODIC, vector_store
+
+    embedder = get_embedder()
+    out = {}
+    for size in sizes:
+        rng = random.Random(size)
+        settings, db = _home(tmp, f"recall-{size}")
+        vectors = vector_store(settings.paths.lance)
+        matrix = np.random.default_rng(size).normal(size=(size, DIMENSIONS)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        now = datetime.now()
+        task = progress.add_task(f"recall: load {size:,} memories", total=size)
+        for start in range(0, size, 10_000):
+            rows = []
+            for i in range(start, min(size, start + 10_000)):
+                text = sentence(rng)
+                rows.append(
+                    {
+                        "id": i + 1,
+                        "text": text,
+                        "search_text": text,
+                        "vector": matrix[i].tolist(),
+                        "channel": "webchat",
+                        "sources": [i + 1],
+                        "category": "message",
+                        "importance": 1.0,
+                        "stated_at": now,
+                        "role": "user",
+                        "sender": "maya",
+                    }
+                )
+            vectors.upsert(EPISODIC, rows)
+            progress.advance(task, len(rows))
+        vectors.ensure_indexes(EPISODIC, settings.vector_index_min_rows)
+        db.run(set_cursor, EPISODIC_CURSOR, size)
+        texts = [sentence(rng, 5, 12) for _ in range(queries)]
+        ours, base = [], []
+        qtask = progress.add_task(f"recall: {queries} queries over {size:,}", total=queries)
+        recall(db, settings, texts[0], k=10, touch=False)  # warm: model and handles
+        for text in texts:
+            started = time.perf_counter()
+            recall(db, settings, text, k=10, touch=False)
+            ours.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            qvec = embedder.encode([text])[0]
+            np.argpartition(-(matrix @ qvec), 10)[:10]
+            base.append((time.perf_counter() - started) * 1000)
+            progress.advance(qtask)
+        out[str(size)] = {
+            "p50": round(statistics.median(ours), 1),
+            "p95": round(percentile(ours, 0.95), 1),
+            "numpy_p50": round(statistics.median(base), 1),
+            "numpy_p95": round(percentile(base, 0.95), 1),
+            "ratio_p50": round(statistics.median(ours) / statistics.median(base), 2),
+        }
+    return out
+
+
+def bench_context(tmp: Path, reps: int, progress) -> dict:
+    from cortex_pipelines.brain.context import assemble
+    from cortex_pipelines.storage.bus import BusMessage
+
+    settings, db = _home(tmp, "context")
+    db.run(
+        lambda con: con.execute(
+            """
+        INSERT INTO session (bus_id, role, channel, sender, content, ts)
+        SELECT i, CASE WHEN i % 2 = 0 THEN 'user' ELSE 'assistant' END, 'channel' || (i % 20),
+               'maya', repeat('words of a message ', 1 + (i % 12)), now()::TIMESTAMP - to_seconds(100000 - i)
+        FROM range(1, 100001) t(i)
+        """
+        )
+    )
+    db.run(
+        lambda con: con.execute(
+            "INSERT INTO channel_states SELECT DISTINCT channel, max(ts), 0, NULL, 'foreground' FROM session "
+            "GROUP BY channel"
+        )
+    )
+    last = db.query("SELECT max(id) FROM session WHERE channel = 'channel0'")[0][0]
+    msg = BusMessage(last, "channel0", "x", "maya", "hello", "normal", None, None, {}, datetime.now(), 1)
+    inside, with_open = [], []
+    task = progress.add_task("context assembly", total=reps)
+    for _ in range(reps):
+
+        def timed(con):
+            started = time.perf_counter()
+            assemble(con, settings, msg, last)
+            return (time.perf_counter() - started) * 1000
+
+        started = time.perf_counter()
+        inside.append(db.run(timed))
+        with_open.append((time.perf_counter() - started) * 1000)
+        progress.advance(task)
+    return {
+        "p50": round(statistics.median(inside), 1),
+        "p95": round(percentile(inside, 0.95), 1),
+        "with_connection_open_p50": round(statistics.median(with_open), 1),
+        "with_connection_open_p95": round(percentile(with_open, 0.95), 1),
+    }
+
+
+def bench_embed(texts_n: int, reps: int, progress) -> dict:
+    import torch
+
+    from cortex_pipelines.memory.embedder import get_embedder
+
+    rng = random.Random(3)
+    texts = [sentence(rng) for _ in range(texts_n)]
+    ours = get_embedder()
+    raw = ours._load()
+    ours_s, raw_s = [], []
+    task = progress.add_task(f"embed {texts_n} texts", total=reps)
+    for _ in range(reps):
+        started = time.perf_counter()
+        raw.encode(texts, batch_size=ours.batch_size, show_progress_bar=False)
+        raw_s.append(texts_n / (time.perf_counter() - started))
+        started = time.perf_counter()
+        ours.encode(texts)
+        ours_s.append(texts_n / (time.perf_counter() - started))
+        progress.advance(task)
+    return {
+        "device": ours.device,
+        "ours_sentences_per_s": round(statistics.median(ours_s), 1),
+        "raw_sentences_per_s": round(statistics.median(raw_s), 1),
+        "ratio": round(statistics.median(ours_s) / statistics.median(raw_s), 3),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def bench_run(tmp: Path, messages: int, progress) -> dict:
+    settings, _ = _home(tmp, "run")
+    source = tmp / "run.jsonl"
+    rng = random.Random(5)
+    source.write_text(
+        "".join(
+            json.dumps(
+                {"channel": "webchat", "text": sentence(rng), "sender": "maya", "external_id": f"r{i}"}
+            )
+            + "\n"
+            for i in range(messages)
+        )
+    )
+    env = {**os.environ, "CORTEX_HOME": str(settings.home)}
+    cli = [sys.executable, "-m", "cortex_pipelines.cli"]
+    subprocess.run([*cli, "ingest", str(source)], env=env, check=True, capture_output=True)
+    task = progress.add_task(f"cortex run ({messages} messages)", total=1)
+    started = time.perf_counter()
+    subprocess.run([*cli, "run"], env=env, check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    progress.advance(task)
+    return {"messages": messages, "wall_s": round(wall, 1), "per_message_s": round(wall / messages, 3)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, default=Path("bench/results/perf.json"))
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller sizes")
+    args = parser.parse_args(argv)
+    console = Console()
+    reps = 2 if args.quick else 3
+    results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    with tempfile.TemporaryDirectory(prefix="cortex-perf-") as tmp, Progress(console=console) as progress:
+        root = Path(tmp)
+        results["ingest_msgs_per_s"] = bench_ingest(root, reps, progress)
+        sizes = [10_000] if args.quick else [10_000, 100_000]
+        results["recall_ms"] = bench_recall(root, sizes, 30 if args.quick else 100, progress)
+        results["context_ms"] = bench_context(root, 10 if args.quick else 30, progress)
+        results["embed_ratio"] = bench_embed(1000 if args.quick else 5000, reps, progress)
+        results["run_overhead_s"] = bench_run(root, 50 if args.quick else 200, progress)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    table = Table(title="Cortex performance (medians)")
+    table.add_column("measure")
+    table.add_column("cortex", justify="right")
+    table.add_column("baseline", justify="right")
+    table.add_column("ratio", justify="right")
+    ing = results["ingest_msgs_per_s"]
+    table.add_row(
+        "JSONL ingest, msgs/s",
+        f"{ing['jsonl_50k_msgs_per_s']:,}",
+        f"{ing['bare_insert_msgs_per_s']:,} (bare INSERT)",
+        f"{ing['ratio_jsonl_vs_bare']}",
+    )
+    table.add_row("1,000 files ingest, msgs/s", f"{ing['files_1k_msgs_per_s']:,}", "", "")
+    for size, r in results["recall_ms"].items():
+        table.add_row(
+            f"recall p50/p95 ms @ {int(size):,}",
+            f"{r['p50']} / {r['p95']}",
+            f"{r['numpy_p50']} / {r['numpy_p95']} (numpy)",
+            f"{r['ratio_p50']}",
+        )
+    ctx = results["context_ms"]
+    table.add_row(
+        "context assembly p50/p95 ms",
+        f"{ctx['p50']} / {ctx['p95']}",
+        f"{ctx['with_connection_open_p50']} / {ctx['with_connection_open_p95']} incl. open",
+        "",
+    )
+    emb = results["embed_ratio"]
+    table.add_row(
+        f"embedding sentences/s ({emb['device']})",
+        f"{emb['ours_sentences_per_s']}",
+        f"{emb['raw_sentences_per_s']} (raw)",
+        f"{emb['ratio']}",
+    )
+    run = results["run_overhead_s"]
+    table.add_row("cortex run, s per message", f"{run['per_message_s']}", f"{run['wall_s']} s total", "")
+    console.print(table)
+    return results
+
+
+if __name__ == "__main__":
+    main()
