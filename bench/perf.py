@@ -35,7 +35,7 @@ WORDS = (
     "client workshop berlin lisbon helios figma prototype deadline call friday monday report "
     "dinner vegetarian passport renew trip japan cowork desk monitor running marathon april "
     "garden tomatoes sister birthday gift book novel painting concert jazz evening morning"
-).split()  # noqa: SIM905 - a word list reads better as prose
+).split()
 
 
 def sentence(rng: random.Random, lo: int = 8, hi: int = 40) -> str:
