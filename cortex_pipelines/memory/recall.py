@@ -31,7 +31,7 @@ _STOP = frozenset(
     """a an and are as at be but by can could did do does for from had has have how i i'm in is it
     its me my of on or our should so that the their them then there these they this to was we
     were what when where which who why will with would you your about any some please tell
-    know remember""".split()  # noqa: SIM905 - a word list reads better as prose
+    know remember""".split()
 )
 
 

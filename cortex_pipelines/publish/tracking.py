@@ -130,7 +130,7 @@ HIGH_IMPACT_KEYWORDS: tuple[str, ...] = tuple(
     """
     architecture architektur security sicherheit migration delete löschen production produktion
     deploy breaking major critical kritisch strategy strategie budget contract vertrag
-    """.split()  # noqa: SIM905 - a word list reads better as prose
+    """.split()
 )
 # A keyword counts with its usual inflections ("deleted", "deployment", "Vertrags"), not inside
 # longer words ("majority").
@@ -158,7 +158,7 @@ _TITLE_FILLER = frozenset(
     the a an our my your this that quick short brief small little new der die das den dem des
     ein eine einen einem einer unser unsere unseren unserem mein meine meinen meinem kurzes
     kurzer kleines
-    """.split()  # noqa: SIM905 - a word list reads better as prose
+    """.split()
 )
 _TITLE_STOP = frozenset(
     """
@@ -166,7 +166,7 @@ _TITLE_STOP = frozenset(
     will would should can could need needs now again today please first for with to in on at und
     oder aber dann weil denn wenn ist sind war hat haben wird werden muss müssen soll sollten
     kann können jetzt heute bitte noch mal für mit zu im am
-    """.split()  # noqa: SIM905 - a word list reads better as prose
+    """.split()
 )
 _MAX_TITLE_WORDS = 4
 _RATIONALE = _rx(r"\b(?:because|since|so that|due to|given that|weil|denn|damit|aufgrund)\b")
