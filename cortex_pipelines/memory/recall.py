@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,6 +22,7 @@ from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
+_POOL = ThreadPoolExecutor(max_workers=3, thread_name_prefix="recall")
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
 # Full-text matches lead; vector similarity adds paraphrase recall at a lower weight. On the LoCoMo
@@ -156,21 +158,20 @@ def recall(
     facts: dict[int, _Candidate] = {}
     episodes: dict[int, _Candidate] = {}
     if vectors.exists(SEMANTIC) or vectors.exists(EPISODIC):
+        where = "role = 'user'"
+        if exclude_sources:
+            where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
+        # Full-text searches run while the query is embedded; vector searches follow in parallel.
+        fact_text = _POOL.submit(vectors.text_search, SEMANTIC, query, pool, "status = 'active'")
+        episode_text = _POOL.submit(vectors.text_search, EPISODIC, query, pool, where)
         embedder = get_embedder(
             settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
         )
         qvec = embedder.encode([query])[0]
-        facts = _fuse(
-            _relevant(vectors.vector_search(SEMANTIC, qvec, pool, "status = 'active'")),
-            vectors.text_search(SEMANTIC, query, pool, "status = 'active'"),
-        )
-        where = "role = 'user'"
-        if exclude_sources:
-            where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
-        episodes = _fuse(
-            _relevant(vectors.vector_search(EPISODIC, qvec, pool, where)),
-            vectors.text_search(EPISODIC, query, pool, where),
-        )
+        fact_vec = _POOL.submit(vectors.vector_search, SEMANTIC, qvec, pool, "status = 'active'")
+        episode_vec = vectors.vector_search(EPISODIC, qvec, pool, where)
+        facts = _fuse(_relevant(fact_vec.result()), fact_text.result())
+        episodes = _fuse(_relevant(episode_vec), episode_text.result())
 
     def read(con):  # one short DuckDB transaction for everything recall needs from it
         return _fact_meta(con, list(facts)), _tail_keyword_hits(con, query, set(exclude_sources), pool)
