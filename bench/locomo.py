@@ -164,7 +164,10 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
         started = time.perf_counter()
         with DagsterInstance.ephemeral() as instance:
             result = materialize(
-                memory, instance=instance, resources={"cortex": CortexResource(home=str(home))}
+                memory,
+                instance=instance,
+                resources={"cortex": CortexResource(home=str(home))},
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
         timing["materialize_s"] += time.perf_counter() - started
         if not result.success:
