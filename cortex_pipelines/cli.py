@@ -23,6 +23,7 @@ from cortex_pipelines.instance import dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage.bus import requeue_failed
 from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
 from cortex_pipelines.storage.session import pins as list_pins
 
@@ -211,6 +212,21 @@ def outbox_cmd(
         out.print(r["text"], markup=False, highlight=False)
     if not rows:
         out.print("outbox is empty")
+
+
+@app.command()
+def retry(
+    message_id: Annotated[int | None, typer.Argument(help="bus id of a failed message")] = None,
+    all_failed: Annotated[bool, typer.Option("--all-failed", help="every failed message")] = False,
+) -> None:
+    """Put failed messages back in the queue (their attempts start again)."""
+    settings = _ready()
+    if (message_id is None) == (not all_failed):
+        _fail("give a message id or --all-failed")
+    ids = Database(settings.paths.db).run(requeue_failed, None if all_failed else [message_id])
+    if not ids:
+        _fail("no failed message to retry" if all_failed else f"message {message_id} is not failed")
+    out.print(f"requeued {len(ids)} message(s): {', '.join(map(str, ids))}")
 
 
 @app.command()

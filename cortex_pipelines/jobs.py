@@ -4,10 +4,16 @@ shipped dagster.yaml limits to one run at a time. Memory schedules follow the se
 from dagster import (
     AssetSelection,
     DefaultScheduleStatus,
+    OpExecutionContext,
     ScheduleDefinition,
     define_asset_job,
     in_process_executor,
+    job,
+    op,
 )
+
+from cortex_pipelines.memory.pipeline import rebuild
+from cortex_pipelines.resources import CortexResource
 
 BRAIN_LANE = {"cortex/lane": "brain"}
 
@@ -56,7 +62,42 @@ maintenance_job = _job(
     "Decay, prune, merge and consolidate memory; optimize LanceDB.",
 )
 
-JOBS = [process_messages, cortex_main, memory_job, compaction_job, eviction_job, harvest_job, maintenance_job]
+publish_job = _job(
+    "publish_job",
+    AssetSelection.assets("threads", "decisions", "narrative", "memory_bulletin", "boot_context"),
+    "Refresh threads, decisions, narrative.md, memory_bulletin.md and BOOTSTRAP.md (files whose "
+    "content is unchanged are not rewritten).",
+)
+
+
+@op(description="Drop the LanceDB tables and re-embed every message and fact from DuckDB.")
+def rebuild_memory(context: OpExecutionContext, cortex: CortexResource) -> None:
+    counts = rebuild(
+        cortex.database(), cortex.vectors(), cortex.embedder(), cortex.settings(), log=context.log.info
+    )
+    context.log.info(f"rebuilt memory: {counts}")
+
+
+@job(
+    executor_def=in_process_executor,
+    tags={"cortex/lane": "memory"},
+    description="Re-embed and re-index everything (model change, damaged LanceDB folder).",
+)
+def rebuild_memory_job():
+    rebuild_memory()
+
+
+JOBS = [
+    rebuild_memory_job,
+    process_messages,
+    cortex_main,
+    memory_job,
+    compaction_job,
+    eviction_job,
+    harvest_job,
+    maintenance_job,
+    publish_job,
+]
 
 
 def _schedule(job, cron: str) -> ScheduleDefinition:
@@ -71,4 +112,5 @@ SCHEDULES = [
     _schedule(eviction_job, "15 3 * * 0"),  # vector eviction: weekly
     _schedule(harvest_job, "30 */6 * * *"),  # op harvesting: every 6 h
     _schedule(maintenance_job, "45 3 * * *"),  # decay / prune / merge: daily
+    _schedule(publish_job, "50 * * * *"),  # bulletin refresh: every 60 min (seed 004)
 ]

@@ -1,10 +1,18 @@
 """session_messages: the brain drains the bus and brings the session up to date."""
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    asset_check,
+)
 
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.resources import CortexResource
-from cortex_pipelines.storage import bus, lease
+from cortex_pipelines.storage import bus, lease, usage
 
 BRAIN_POOL = "cortex_brain"
 
@@ -40,5 +48,26 @@ def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> 
             "bus_pending": depth["pending"],
             "bus_failed": depth["failed"],
             "session_rows": session_rows,
+            "llm_tokens_today": usage.tokens_today(db),
         }
     )
+
+
+@asset_check(
+    asset=session_messages,
+    description="Red while any message failed for good; `cortex retry` puts them back in the queue.",
+)
+def no_failed_messages(cortex: CortexResource) -> AssetCheckResult:
+    db = cortex.database()
+    failed = db.query_dicts(
+        "SELECT id, channel, error FROM bus WHERE state = 'failed' ORDER BY id DESC LIMIT 20"
+    )
+    preview = "\n".join(f"- #{f['id']} {f['channel']}: {f['error']}" for f in failed)
+    return AssetCheckResult(
+        passed=not failed,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"failed": bus.counts(db)["failed"], "latest": MetadataValue.md(preview or "none")},
+    )
+
+
+BRAIN_CHECKS = [no_failed_messages]

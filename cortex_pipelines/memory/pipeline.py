@@ -244,3 +244,21 @@ def extract_new_facts(
     db.run(store.set_cursor, EXTRACTION_CURSOR, max(latest, turns[-1].id))
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
+
+
+def rebuild(
+    db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, log: Log = lambda _: None
+) -> dict:
+    """Re-embed and re-index everything (after a model change or a damaged LanceDB folder).
+    DuckDB is the source of truth, so LanceDB can always be rebuilt from it."""
+    for name in (EPISODIC, SEMANTIC):
+        vectors.drop(name)
+    db.run(store.set_cursor, EPISODIC_CURSOR, 0)
+    db.run(lambda con: con.execute("UPDATE facts SET indexed_at = NULL"))
+    log("dropped the LanceDB tables; re-embedding session messages")
+    episodes = index_episodes(db, vectors, embedder, settings, log=log)
+    facts = sync_facts(db, vectors, embedder, settings)
+    log(f"re-embedded {facts} fact(s)")
+    for name in (EPISODIC, SEMANTIC):
+        vectors.optimize(name)
+    return {"episodes": episodes, "facts": facts}

@@ -85,6 +85,11 @@ class VectorStore:
     def exists(self, name: str) -> bool:
         return name in self._tables or name in self._db().list_tables().tables
 
+    def drop(self, name: str) -> None:
+        self._tables.pop(name, None)
+        if self.exists(name):
+            self._db().drop_table(name)
+
     def count(self, name: str, where: str | None = None) -> int:
         if not self.exists(name):
             return 0

@@ -9,11 +9,9 @@ the last bulletin and within the daily token budget; a failure keeps the previou
 
 from __future__ import annotations
 
-from datetime import date
-
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient, LLMRequest, estimate_tokens
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, usage
 
 SECTIONS = [
     ("Identity", ("identity",), 6),
@@ -72,14 +70,6 @@ def render_typed(rows: list[dict], max_words: int) -> str:
     return text
 
 
-def tokens_spent_today(db: Database) -> int:
-    return db.query(
-        "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM llm_usage "
-        "WHERE purpose = 'bulletin' AND CAST(called_at AS DATE) = ?",
-        [date.fromisoformat(utcnow().date().isoformat())],
-    )[0][0]
-
-
 def synthesize(llm: LLMClient, typed: str, settings: Settings):
     """One LLM call turning the typed render into prose. Returns (markdown, response)."""
     request = LLMRequest(
@@ -97,4 +87,4 @@ def synthesize(llm: LLMClient, typed: str, settings: Settings):
 
 def within_budget(db: Database, settings: Settings, typed: str) -> bool:
     expected = estimate_tokens(typed) + settings.bulletin_words * 2
-    return tokens_spent_today(db) + expected <= settings.bulletin_daily_token_budget
+    return usage.tokens_today(db, "bulletin") + expected <= settings.bulletin_daily_token_budget

@@ -137,6 +137,16 @@ def recover_interrupted(con, max_attempts: int) -> tuple[list[int], list[int]]:
     return [r[0] for r in requeued], [r[0] for r in failed]
 
 
+def requeue_failed(con, ids: list[int] | None) -> list[int]:
+    """Failed messages back to pending with fresh attempts (all of them when ids is None)."""
+    rows = con.execute(
+        "UPDATE bus SET state = 'pending', attempts = 0, not_before = NULL, finished_at = NULL "
+        "WHERE state = 'failed' AND (? IS NULL OR list_contains(?, id)) RETURNING id",
+        [ids, ids],
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
 def mark_completed(con, bus_id: int) -> None:
     con.execute(
         "UPDATE bus SET state = 'completed', finished_at = ?, error = NULL WHERE id = ?",

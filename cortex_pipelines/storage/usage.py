@@ -46,3 +46,14 @@ def totals(db: Database) -> dict[str, int]:
         "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM llm_usage"
     )[0]
     return {"calls": int(calls), "input_tokens": int(tin), "output_tokens": int(tout)}
+
+
+def tokens_today(db: Database, purpose: str | None = None) -> int:
+    """Tokens in and out since midnight UTC: the series the UI plots, and the bulletin's budget."""
+    return int(
+        db.query(
+            "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM llm_usage "
+            "WHERE called_at >= CAST(CAST(? AS DATE) AS TIMESTAMP) AND (? IS NULL OR purpose = ?)",
+            [utcnow(), purpose, purpose],
+        )[0][0]
+    )

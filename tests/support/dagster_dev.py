@@ -1,0 +1,96 @@
+"""Run a real `cortex dev` for tests: free port, temporary CORTEX_HOME, GraphQL helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+RUNS_QUERY = "{ runsOrError { ... on Runs { results { runId jobName status creationTime } } } }"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def graphql(port: int, query: str) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def cli(*args: str, env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cortex_pipelines.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+
+
+def runs(port: int) -> list[dict]:
+    return graphql(port, RUNS_QUERY)["data"]["runsOrError"]["results"]
+
+
+def successful_run(port: int, job: str) -> dict | None:
+    done = [r for r in runs(port) if r["jobName"] == job and r["status"] == "SUCCESS"]
+    return done[0] if done else None
+
+
+@contextmanager
+def cortex_dev(home: Path, log_path: Path):
+    """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards."""
+    env = {**os.environ, "CORTEX_HOME": str(home)}
+    env.pop("DAGSTER_HOME", None)
+    port = free_port()
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cortex_pipelines.cli", "dev", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+    def ui_up():
+        try:
+            return graphql(port, "{ version }")
+        except OSError:
+            return None
+
+    try:
+        wait_for(ui_up, 120, "the Dagster UI")
+        yield port, env, proc
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
