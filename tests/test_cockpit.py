@@ -48,8 +48,7 @@ def test_failed_messages_turn_the_check_red_until_retried(settings, db):
     check = [c for c in ALL_CHECKS if "no_failed_messages" in str(c.check_keys)]
     with DagsterInstance.ephemeral() as instance:
         # the brain lease in this process is free again, so the run drains (nothing to do)
-        red = materialize([*session, *check], instance=instance, resources=resources,
-                          raise_on_error=False)
+        red = materialize([*session, *check], instance=instance, resources=resources, raise_on_error=False)
         evaluation = red.get_asset_check_evaluations()[0]
         assert not evaluation.passed and "HTTP 500" in evaluation.metadata["latest"].value
         assert db.run(requeue_failed, None) == [1]
@@ -60,18 +59,25 @@ def test_failed_messages_turn_the_check_red_until_retried(settings, db):
 
 def test_rebuild_memory_job_re_embeds_everything(settings, db, tmp_path):
     path = tmp_path / "h.jsonl"
-    path.write_text("".join(json.dumps({"channel": "telegram", "text": t, "sender": "maya",
-                                        "external_id": f"h{n}"}) + "\n"
-                            for n, t in enumerate(["I prefer green tea.", "My name is Maya.", "ok"])))
+    path.write_text(
+        "".join(
+            json.dumps({"channel": "telegram", "text": t, "sender": "maya", "external_id": f"h{n}"}) + "\n"
+            for n, t in enumerate(["I prefer green tea.", "My name is Maya.", "ok"])
+        )
+    )
     ingest_path(path, settings, db, history=True)
     resources = {"cortex": CortexResource(home=str(settings.home))}
     with DagsterInstance.ephemeral() as instance:
-        assert materialize([a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory",
-                            "extracted_facts")], instance=instance, resources=resources).success
+        assert materialize(
+            [a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory", "extracted_facts")],
+            instance=instance,
+            resources=resources,
+        ).success
         vectors = vector_store(settings.paths.lance)
         before = (vectors.count(EPISODIC), vectors.count(SEMANTIC))
         result = defs.resolve_job_def("rebuild_memory_job").execute_in_process(
-            instance=instance, resources=resources)
+            instance=instance, resources=resources
+        )
         assert result.success
         logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
         assert any("indexed 3 session message(s)" in m for m in logs)  # progress in the run log

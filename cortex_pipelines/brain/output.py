@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 _SILENT = ("NO_REPLY", "HEARTBEAT_OK")
 _SEND_TO = re.compile(r"\[\[\s*send_to\s*:\s*([^\]\s]*)\s*\]\]", re.I)
 _REPLY_CURRENT = re.compile(r"\[\[\s*reply_to_current\s*\]\]", re.I)
+# Directives count only at the very start of the reply. Anywhere else they are text: a reply that
+# quotes a user's message or a recalled memory containing "[[send_to:x]]" must not obey it.
+_LEADING = re.compile(r"^(\s*\[\[\s*(send_to\s*:\s*[^\]\s]*|reply_to_current)\s*\]\])+", re.I)
 
 
 @dataclass(frozen=True)
@@ -22,13 +25,15 @@ def parse(raw: str, source_channel: str) -> Output:
     for token in _SILENT:
         if text == token or text.startswith(token + "\n") or text.startswith(token + " "):
             return Output("", [], token)
+    lead = _LEADING.match(text)
+    head = lead.group(0) if lead else ""
     targets: list[str] = []
-    for name in _SEND_TO.findall(text):
+    for name in _SEND_TO.findall(head):
         if name.lower() not in targets:
             targets.append(name.lower())
-    if _REPLY_CURRENT.search(text) and source_channel not in targets:
+    if _REPLY_CURRENT.search(head) and source_channel not in targets:
         targets.insert(0, source_channel)
-    body = _REPLY_CURRENT.sub("", _SEND_TO.sub("", text)).strip()
+    body = text[len(head) :].strip()
     if not body:
         return Output("", [], "empty")
     return Output(body, targets or [source_channel], None)
