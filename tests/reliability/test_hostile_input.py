@@ -9,7 +9,8 @@ import string
 import time
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from cortex_pipelines.config import load_settings
