@@ -55,7 +55,7 @@ class Settings(BaseSettings):
 
     # LLM
     llm_provider: Literal["offline", "anthropic"] = "offline"
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-4-6"
     extraction_model: str = "claude-haiku-4-5"
     base_url: str | None = None
     api_key: SecretStr | None = None
