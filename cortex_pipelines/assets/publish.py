@@ -5,6 +5,7 @@ changes, so they stay byte-identical across idle runs.
 """
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 from dagster import (
     AssetCheckResult,
@@ -17,6 +18,7 @@ from dagster import (
 )
 
 from cortex_pipelines.llm.base import LLMError
+from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.extract import SKIP_CHANNELS
 from cortex_pipelines.publish import boot, bulletin, narrative
@@ -43,7 +45,7 @@ from cortex_pipelines.publish.tracking import (
     update_threads,
 )
 from cortex_pipelines.resources import CortexResource
-from cortex_pipelines.storage import Database, usage, utcnow
+from cortex_pipelines.storage import Database, utcnow
 from cortex_pipelines.storage.session import pins
 
 _group = {"group_name": "publish"}
@@ -201,34 +203,8 @@ def memory_bulletin(context: AssetExecutionContext, cortex: CortexResource) -> M
         if not bulletin.within_budget(db, settings, typed):
             context.log.warning("daily bulletin token budget reached: publishing the typed render")
             return typed
-        started = utcnow()
-        try:
-            text, response = bulletin.synthesize(llm, typed, settings)
-        except LLMError as exc:
-            usage.record(
-                db,
-                provider=llm.provider,
-                model=llm.model,
-                purpose="bulletin",
-                input_tokens=0,
-                output_tokens=0,
-                ok=False,
-                error=str(exc),
-                asset="memory_bulletin",
-                latency_ms=(utcnow() - started).total_seconds() * 1000,
-            )
-            raise
-        usage.record(
-            db,
-            provider=llm.provider,
-            model=response.model,
-            purpose="bulletin",
-            input_tokens=response.input_tokens,
-            output_tokens=response.output_tokens,
-            ok=True,
-            asset="memory_bulletin",
-            latency_ms=(utcnow() - started).total_seconds() * 1000,
-        )
+        complete = partial(complete_recorded, db, llm, asset="memory_bulletin")
+        text, response = bulletin.synthesize(complete, typed, settings)
         tokens.update(llm_calls=1, input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         return text
 

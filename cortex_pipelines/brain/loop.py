@@ -9,7 +9,6 @@ No connection is held while the LLM thinks.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +17,8 @@ from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import TOOLS, ToolRunner
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
-from cortex_pipelines.storage import Database, bus, lease, outbox, usage, utcnow
+from cortex_pipelines.llm.recorded import complete_recorded
+from cortex_pipelines.storage import Database, bus, lease, outbox, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
@@ -200,37 +200,8 @@ class Brain:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call(self, request: LLMRequest, bus_id: int, report: DrainReport) -> LLMResponse:
-        started = time.perf_counter()
-        try:
-            response = self.llm.complete(request)
-        except LLMError as exc:
-            usage.record(
-                self.db,
-                provider=self.llm.provider,
-                model=self.llm.model,
-                purpose="reply",
-                input_tokens=0,
-                output_tokens=0,
-                bus_id=bus_id,
-                ok=False,
-                error=str(exc),
-                latency_ms=(time.perf_counter() - started) * 1000,
-            )
-            report.llm_calls += 1
-            raise
-        usage.record(
-            self.db,
-            provider=self.llm.provider,
-            model=response.model,
-            purpose="reply",
-            input_tokens=response.input_tokens,
-            output_tokens=response.output_tokens,
-            bus_id=bus_id,
-            ok=True,
-            latency_ms=(time.perf_counter() - started) * 1000,
-        )
         report.llm_calls += 1
-        return response
+        return complete_recorded(self.db, self.llm, request, bus_id=bus_id)
 
     def _commit(self, con, msg: BusMessage, context: Context, output: Output, routed: Routed) -> None:
         """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint."""

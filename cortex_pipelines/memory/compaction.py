@@ -4,7 +4,6 @@ last stretch is lost to a summary."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -13,8 +12,9 @@ from pathlib import Path
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.llm.base import LLMClient, LLMRequest
+from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.recall import keywords
-from cortex_pipelines.storage import Database, usage, utcnow
+from cortex_pipelines.storage import Database, utcnow
 
 SNAPSHOT_TURNS = 12
 SUMMARY_SYSTEM = """Summarize what this conversation is about and its current focus in one or two \
@@ -116,20 +116,9 @@ def _summarize(
         return _offline_summary(turns, previous)
     convo = "\n".join(f"{'user' if t['role'] == 'user' else 'agent'}: {t['content']}" for t in turns)
     prompt = f"Previous summary: {previous or '(none)'}\n\nTurns:\n{convo}"
-    started = time.perf_counter()
-    response = llm.complete(
-        LLMRequest(SUMMARY_SYSTEM, [{"role": "user", "content": prompt}], purpose="summary", max_tokens=200)
+    request = LLMRequest(
+        SUMMARY_SYSTEM, [{"role": "user", "content": prompt}], purpose="summary", max_tokens=200
     )
-    usage.record(
-        db,
-        provider=llm.provider,
-        model=response.model,
-        purpose="summary",
-        input_tokens=response.input_tokens,
-        output_tokens=response.output_tokens,
-        ok=True,
-        asset="channel_summaries",
-        latency_ms=(time.perf_counter() - started) * 1000,
-    )
+    response = complete_recorded(db, llm, request, asset="channel_summaries")
     report.llm_calls += 1
     return " ".join(response.text.split())[:500] or _offline_summary(turns, previous)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from cortex_pipelines.llm.base import LLMClient, LLMRequest
+from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
 from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
 
@@ -166,10 +166,15 @@ def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -
     return drafts
 
 
-def extract_with_llm(llm: LLMClient, turns: list[SourceTurn], known: list[str], injected: InjectedText):
-    """Returns (drafts, response) so the caller can record usage."""
+def extract_with_llm(
+    complete: Callable[[LLMRequest], LLMResponse],
+    turns: list[SourceTurn],
+    known: list[str],
+    injected: InjectedText,
+):
+    """Returns (drafts, response); `complete` is the recording LLM call."""
     usable = [t for t in turns if t.channel not in SKIP_CHANNELS]
     if not usable:
         return [], None
-    response = llm.complete(extraction_request(usable, known))
+    response = complete(extraction_request(usable, known))
     return parse_llm_facts(response.text, usable, injected), response

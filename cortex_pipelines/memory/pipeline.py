@@ -3,14 +3,15 @@ in step with DuckDB. Plain functions; the Dagster assets call them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.llm.base import LLMClient, LLMError
+from cortex_pipelines.llm.base import LLMClient
+from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.extract import (
@@ -21,7 +22,7 @@ from cortex_pipelines.memory.extract import (
 )
 from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
-from cortex_pipelines.storage import Database, usage, utcnow
+from cortex_pipelines.storage import Database, utcnow
 
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
@@ -206,35 +207,9 @@ def extract_new_facts(
         for start in range(0, len(turns), 40):
             chunk = turns[start : start + 40]
             known = [f["text"] for f in db.run(store.hot_for_floor, 50)]
-            began = time.perf_counter()
-            try:
-                found, response = extract_with_llm(llm, chunk, known, injected)
-            except LLMError as exc:
-                usage.record(
-                    db,
-                    provider=llm.provider,
-                    model=llm.model,
-                    purpose="extraction",
-                    input_tokens=0,
-                    output_tokens=0,
-                    ok=False,
-                    error=str(exc),
-                    asset="extracted_facts",
-                    latency_ms=(time.perf_counter() - began) * 1000,
-                )
-                raise
+            complete = partial(complete_recorded, db, llm, asset="extracted_facts")
+            found, response = extract_with_llm(complete, chunk, known, injected)
             if response is not None:
-                usage.record(
-                    db,
-                    provider=llm.provider,
-                    model=response.model,
-                    purpose="extraction",
-                    input_tokens=response.input_tokens,
-                    output_tokens=response.output_tokens,
-                    ok=True,
-                    asset="extracted_facts",
-                    latency_ms=(time.perf_counter() - began) * 1000,
-                )
                 report.llm_calls += 1
                 report.input_tokens += response.input_tokens
                 report.output_tokens += response.output_tokens

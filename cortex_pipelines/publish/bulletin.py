@@ -9,8 +9,10 @@ the last bulletin and within the daily token budget; a failure keeps the previou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cortex_pipelines.config import Settings
-from cortex_pipelines.llm.base import LLMClient, LLMRequest, estimate_tokens
+from cortex_pipelines.llm.base import LLMRequest, LLMResponse, estimate_tokens
 from cortex_pipelines.storage import Database, usage
 
 SECTIONS = [
@@ -70,15 +72,16 @@ def render_typed(rows: list[dict], max_words: int) -> str:
     return text
 
 
-def synthesize(llm: LLMClient, typed: str, settings: Settings):
-    """One LLM call turning the typed render into prose. Returns (markdown, response)."""
+def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settings: Settings):
+    """One LLM call (`complete` records it) turning the typed render into prose.
+    Returns (markdown, response)."""
     request = LLMRequest(
         system=BULLETIN_SYSTEM.format(words=settings.bulletin_words),
         messages=[{"role": "user", "content": typed}],
         purpose="bulletin",
         max_tokens=min(2000, settings.bulletin_words * 3),
     )
-    response = llm.complete(request)
+    response = complete(request)
     text = response.text.strip()
     if not text.startswith("# Memory Bulletin"):
         text = "# Memory Bulletin\n\n" + text

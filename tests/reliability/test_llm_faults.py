@@ -15,8 +15,16 @@ from tests.support.messages_server import delay, error, message, raw, text, tool
 
 
 def _settings(settings, server, **extra):
-    options = {"llm_provider": "anthropic", "base_url": server.url, "api_key": "k", "llm_retries": 1,
-               "llm_timeout_s": 1.0, "max_attempts": 2, "retry_backoff_s": 0, **extra}
+    options = {
+        "llm_provider": "anthropic",
+        "base_url": server.url,
+        "api_key": "k",
+        "llm_retries": 1,
+        "llm_timeout_s": 1.0,
+        "max_attempts": 2,
+        "retry_backoff_s": 0,
+        **extra,
+    }
     return load_settings(settings.home, **options)
 
 
@@ -67,8 +75,9 @@ def test_a_persistent_fault_fails_the_message_and_the_queue_goes_on(
 def test_rate_limit_with_retry_after_is_waited_out(settings, db, messages_server):
     s = _settings(settings, messages_server, llm_retries=2)
     _queue(s, db, "hello")
-    messages_server.script(error(429, headers={"retry-after": "0"}), error(429, headers={"retry-after": "0"}),
-                           text("hi"))
+    messages_server.script(
+        error(429, headers={"retry-after": "0"}), error(429, headers={"retry-after": "0"}), text("hi")
+    )
     report = Brain(db, s, make_client(s)).drain()
     assert report.completed == 1 and bus.counts(db)["failed"] == 0 and len(messages_server.requests) == 3
 
@@ -92,7 +101,8 @@ def test_more_than_five_tool_rounds_end_without_tools(settings, db, messages_ser
     s = _settings(settings, messages_server, max_attempts=1)
     _queue(s, db, "loop")
     messages_server.responder = lambda body: (
-        text("giving up on tools") if body.get("tool_choice", {}).get("type") == "none"
+        text("giving up on tools")
+        if body.get("tool_choice", {}).get("type") == "none"
         else tool_use("memory_query", {"query": "again"})
     )
     report = Brain(db, s, make_client(s)).drain()
