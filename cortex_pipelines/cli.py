@@ -37,8 +37,13 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+def _say(text: str, console: Console = out) -> None:
+    """Print user data as is: no rich markup or highlighting inside messages and paths."""
+    console.print(text, markup=False, highlight=False)
+
+
 def _fail(reason: str, code: int = 2) -> None:
-    err.print(f"cortex: {reason}", markup=False, highlight=False)
+    _say(f"cortex: {reason}", err)
     raise typer.Exit(code)
 
 
@@ -91,13 +96,13 @@ def send(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     path = settings.paths.inbox / channel / f"{stamp}-{secrets.token_hex(3)}.json"
     write_atomic(path, json.dumps(envelope, ensure_ascii=False) + "\n")
-    out.print(f"queued in {path}", highlight=False)
+    _say(f"queued in {path}")
 
 
 def _report(report: IngestReport) -> None:
     for f in report.files:
         if f.error and not f.deferred:
-            err.print(f"rejected {f.path}: {f.error}", markup=False, highlight=False)
+            _say(f"rejected {f.path}: {f.error}", err)
     out.print(
         f"ingested {report.accepted} message(s), {report.duplicates} duplicate(s), "
         f"{len(report.rejected)} rejected file(s)"
@@ -152,13 +157,10 @@ def run(
     replies = db.query_dicts("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [before])
     for reply in replies:
         out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
-        out.print(reply["text"], markup=False, highlight=False)
+        _say(reply["text"])
     state = status(settings)
-    out.print(f"bus: {state['bus']}", highlight=False)
-    out.print(
-        f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}",
-        highlight=False,
-    )
+    _say(f"bus: {state['bus']}")
+    _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
     if not result.success:
         _fail(f"run {result.run_id} failed; see `cortex dev` → Runs for the logs", code=1)
 
@@ -170,7 +172,7 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     if as_json:
         _print_json(state)
         return
-    out.print(f"home     {state['home']}", highlight=False)
+    _say(f"home     {state['home']}")
     out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
     out.print(f"outbox   {state['outbox']['waiting']} waiting")
@@ -209,7 +211,7 @@ def outbox_cmd(
         return
     for r in rows:
         out.print(f"#{r['id']} [bold]{r['channel']}[/] ← #{r['reply_to']}: ", end="")
-        out.print(r["text"], markup=False, highlight=False)
+        _say(r["text"])
     if not rows:
         out.print("outbox is empty")
 
@@ -245,12 +247,8 @@ def recall(
         return
     for n, hit in enumerate(hits, 1):
         ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
-        out.print(f"{n}. [{hit.tier}] {hit.text}", markup=False, highlight=False)
-        out.print(
-            f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}",
-            markup=False,
-            highlight=False,
-        )
+        _say(f"{n}. [{hit.tier}] {hit.text}")
+        _say(f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}")
     if not hits:
         out.print("nothing found")
 
@@ -272,7 +270,7 @@ def unpin(position: int) -> None:
     removed = Database(settings.paths.db).run(remove_pin, position)
     if removed is None:
         _fail(f"no pin at position {position}")
-    out.print(f"unpinned: {removed['text']}", markup=False, highlight=False)
+    _say(f"unpinned: {removed['text']}")
 
 
 @app.command("pins")
@@ -283,11 +281,7 @@ def pins_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         _print_json([{"position": n, "label": r["label"], "text": r["text"]} for n, r in enumerate(rows, 1)])
         return
     for n, r in enumerate(rows, 1):
-        out.print(
-            f"{n}. {('[' + r['label'] + '] ') if r['label'] else ''}{r['text']}",
-            markup=False,
-            highlight=False,
-        )
+        _say(f"{n}. {('[' + r['label'] + '] ') if r['label'] else ''}{r['text']}")
     if not rows:
         out.print("nothing pinned")
 
@@ -336,9 +330,7 @@ def dev(
     settings = _ready()
     workspace = settings.paths.dagster_home / "workspace.yaml"
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
-    out.print(
-        f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})", highlight=False
-    )
+    _say(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})")
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     try:
         raise typer.Exit(proc.wait())
