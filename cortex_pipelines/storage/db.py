@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -21,12 +21,13 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from cortex_pipelines import clock
 from cortex_pipelines.storage.migrations import MIGRATIONS
 
 
 def utcnow() -> datetime:
-    """Naive UTC: the database stores TIMESTAMP columns in UTC without a zone."""
-    return datetime.now(UTC).replace(tzinfo=None)
+    """Naive UTC from the instance clock: the database stores TIMESTAMP columns in UTC."""
+    return clock.now().replace(tzinfo=None)
 
 
 def _is_contention(exc: BaseException) -> bool:
