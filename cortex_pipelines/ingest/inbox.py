@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
@@ -97,7 +98,7 @@ def read_file(path: Path, settings: Settings, folder_channel: str | None) -> lis
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(settings.max_file_bytes + 1)
-    now = datetime.now(UTC)
+    now = clock.now()
     rows = []
     for n, value in enumerate(_decode_values(path, data), 1):
         try:
