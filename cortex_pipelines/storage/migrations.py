@@ -205,4 +205,37 @@ V3 = [
     )""",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3)]
+V4 = [
+    # User-created schedules (seed 001). One-shot reminders have run_at; recurring ones a cron
+    # expression read in their own timezone. next_fire_at is UTC; NULL once nothing is left to fire.
+    """CREATE TABLE schedules (
+        id VARCHAR PRIMARY KEY,
+        description VARCHAR NOT NULL,
+        cron VARCHAR,
+        run_at TIMESTAMP,
+        timezone VARCHAR NOT NULL,
+        action VARCHAR NOT NULL,
+        target_channel VARCHAR NOT NULL,
+        topic VARCHAR,
+        created_at TIMESTAMP NOT NULL,
+        created_by BIGINT,
+        next_fire_at TIMESTAMP,
+        last_fired_at TIMESTAMP,
+        fired_count INTEGER NOT NULL DEFAULT 0,
+        late_count INTEGER NOT NULL DEFAULT 0,
+        state VARCHAR NOT NULL DEFAULT 'active',
+        ended_at TIMESTAMP
+    )""",
+    # What supervision found and did (seed 004): stuck messages, overdue ops, hung runs.
+    "CREATE SEQUENCE finding_seq START 1",
+    """CREATE TABLE supervision_findings (
+        id BIGINT PRIMARY KEY DEFAULT nextval('finding_seq'),
+        found_at TIMESTAMP NOT NULL,
+        kind VARCHAR NOT NULL,
+        subject VARCHAR NOT NULL,
+        action VARCHAR NOT NULL,
+        detail VARCHAR
+    )""",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4)]
