@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -15,6 +16,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from cortex_pipelines import clock
+from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Settings, load_settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
@@ -22,6 +25,7 @@ from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_pat
 from cortex_pipelines.instance import dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall as memory_recall
+from cortex_pipelines.proactive import schedules
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage.bus import requeue_failed
 from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
@@ -47,10 +51,26 @@ def _fail(reason: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+@app.callback()
+def main(
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="act as if it were this time: ISO 8601 or an offset like +2m, +3h, +1d (demos, tests)",
+        ),
+    ] = None,
+) -> None:
+    """Cortex: the memory brain of your personal agent."""
+    if now is not None:
+        os.environ["CORTEX_NOW"] = now
+
+
 def _settings() -> Settings:
     try:
+        clock.now()  # a bad --now / CORTEX_NOW fails here, with its one line
         return load_settings()
-    except ConfigError as exc:
+    except (ConfigError, ClockError) as exc:
         _fail(f"config: {exc}")
         raise AssertionError from None  # unreachable; keeps type checkers calm
 
@@ -89,10 +109,10 @@ def send(
     if external_id is not None:
         envelope["external_id"] = external_id
     try:
-        validate(envelope, settings, datetime.now(UTC), folder_channel=None)
+        validate(envelope, settings, clock.now(), folder_channel=None)
     except EnvelopeError as exc:
         _fail(str(exc))
-    envelope["timestamp"] = datetime.now(UTC).isoformat()
+    envelope["timestamp"] = clock.now().isoformat()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     path = settings.paths.inbox / channel / f"{stamp}-{secrets.token_hex(3)}.json"
     write_atomic(path, json.dumps(envelope, ensure_ascii=False) + "\n")
@@ -137,10 +157,12 @@ def run(
     if demo:
         sample = Path(str(resources.files("cortex_pipelines").joinpath("demo/conversation.jsonl")))
         _report(ingest_path(sample, settings, db))
+    fired = db.run(lambda con: schedules.fire_due(con, settings, clock.now()))
+    if fired:
+        late = sum(f.late for f in fired)
+        out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
     _report(ingest_inbox(settings, db))
     before = db.query("SELECT coalesce(max(id), 0) FROM outbox")[0][0]
-
-    import os
 
     from dagster import DagsterInstance
 
@@ -185,6 +207,40 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
         f"{llm['output_tokens']} out tokens"
     )
+    sched = state["schedules"]
+    out.print(f"schedules {sched['active']} active, next {sched['next_fire'] or '-'}")
+    sup = state["supervision"]
+    out.print(
+        "supervision "
+        + "  ".join(f"{k} {v}" for k, v in sup["findings"].items())
+        + f"  (last check {sup['last_check_at'] or 'never'})"
+    )
+
+
+@app.command("schedules")
+def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Active schedules and reminders, with their next firing on their own clock."""
+    jobs = [schedules.describe(j) for j in Database(_ready().paths.db).run(schedules.active)]
+    if as_json:
+        _print_json(jobs)
+        return
+    for job in jobs:
+        _say(
+            f"{job['id']}  next {job['next_fire']} {job['timezone']}  {job['when']}  "
+            f"→ {job['target_channel']}"
+        )
+        _say(f"    {job['description']}: {job['action']}")
+    if not jobs:
+        out.print("no schedules")
+
+
+@app.command("schedule-delete")
+def schedule_delete(schedule_id: str) -> None:
+    """Delete a schedule by id (see `cortex schedules`)."""
+    settings = _ready()
+    if not Database(settings.paths.db).run(schedules.delete, schedule_id, clock.now()):
+        _fail(f"no active schedule {schedule_id}")
+    _say(f"deleted {schedule_id}")
 
 
 @app.command("outbox")

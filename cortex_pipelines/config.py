@@ -21,8 +21,10 @@ from pydantic_settings import (
 ChannelMode = Literal["off", "shadow", "live"]
 CHANNEL_PATTERN = r"^[a-z0-9_-]{1,32}$"
 BUILTIN_CHANNELS = frozenset(
-    {"webchat", "telegram", "whatsapp", "signal", "discord", "slack", "email", "cron", "router"}
+    {"webchat", "telegram", "whatsapp", "signal", "discord", "slack", "email", "cron", "router", "admin"}
 )
+
+ADMIN_CHANNEL = "admin"
 
 
 class ConfigError(ValueError):
@@ -69,6 +71,10 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(30.0, ge=0)
     lease_timeout_s: float = Field(900.0, gt=0)
     op_deadline_hours: float = Field(24.0, gt=0)
+    stuck_after_s: float = Field(600.0, gt=0, description="processing this long with no live drainer")
+
+    # Schedules (seed 001)
+    schedule_grace_s: float = Field(120.0, gt=0, description="a firing found later than this is marked late")
 
     # Memory (seeds 000, 001, 002, 004)
     embedding_model: str = "all-MiniLM-L6-v2"
@@ -134,6 +140,8 @@ class Settings(BaseSettings):
         return value
 
     def mode_for(self, channel: str) -> ChannelMode:
+        if channel == ADMIN_CHANNEL:  # the owner's own terminal (`cortex chat`) is always answered
+            return "live"
         return self.channel_modes.get(channel, self.default_mode)
 
     def known_channels(self) -> frozenset[str]:

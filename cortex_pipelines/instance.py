@@ -10,6 +10,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
+from cortex_pipelines.proactive import schedules, supervision
 from cortex_pipelines.publish.outputs import FILES
 from cortex_pipelines.publish.outputs import state as published_state
 from cortex_pipelines.storage import Database, bus, outbox, usage
@@ -65,6 +66,8 @@ def status(settings: Settings) -> dict:
         "llm": {"provider": settings.llm_provider, **usage.totals(db)},
         "warmup": warm["state"] if warm else "cold",
         "cold_dispatches": warm["cold_dispatches"] if warm else 0,
+        "schedules": db.run(schedules.summary),
+        "supervision": db.run(supervision.status),
         "outputs": {
             name: str(settings.paths.out / f)
             for name, f in FILES.items()

@@ -12,12 +12,15 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
-from cortex_pipelines.brain.tools import TOOLS, ToolRunner
+from cortex_pipelines.brain.tools import ToolRunner, tools_for
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
+from cortex_pipelines.proactive import schedules
+from cortex_pipelines.proactive.supervision import recover_interrupted_work
 from cortex_pipelines.storage import Database, bus, lease, outbox, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
@@ -73,9 +76,25 @@ def _heartbeat_and_claim(con) -> BusMessage | None:
     return bus.claim_next(con)
 
 
+def reply_channel(msg: BusMessage) -> str:
+    """Where a reply goes unless the model says otherwise: a schedule's firing answers on the
+    channel the job names; everything else answers where it came from."""
+    if msg.channel == schedules.CHANNEL and msg.metadata.get("target_channel"):
+        return str(msg.metadata["target_channel"])
+    return msg.channel
+
+
 class Brain:
-    def __init__(self, db: Database, settings: Settings, llm: LLMClient, log: Log = lambda _: None):
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        llm: LLMClient,
+        log: Log = lambda _: None,
+        inspect: Callable[[], dict] | None = None,
+    ):
         self.db, self.settings, self.llm, self.log = db, settings, llm, log
+        self.inspect = inspect  # the admin chat's view of the Dagster instance
 
     def drain(self, max_messages: int | None = None) -> DrainReport:
         """Process every due message. Raises lease.BrainBusy if another process is draining."""
@@ -96,10 +115,9 @@ class Brain:
 
     def _startup_cleanup(self, report: DrainReport) -> None:
         def cleanup(con):
-            requeued, failed = bus.recover_interrupted(con, self.settings.max_attempts)
-            interrupted = requeued + failed
-            orphaned = ops_store.fail_orphans(con, interrupted) + ops_store.fail_overdue(con)
-            return requeued, failed, orphaned
+            recovery = recover_interrupted_work(con, self.settings)
+            overdue = ops_store.fail_overdue(con)
+            return recovery.requeued, recovery.failed, recovery.orphaned_ops + len(overdue)
 
         requeued, failed, orphaned = self.db.run(cleanup)
         report.recovered, report.orphaned_ops = len(requeued) + len(failed), orphaned
@@ -138,6 +156,9 @@ class Brain:
             "text": msg.text,
             "priority": msg.priority,
             "completed_op": completed_op,
+            "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
+            "timezone": self.settings.timezone,
+            "schedule": msg.metadata if msg.channel == schedules.CHANNEL else None,
         }
         try:
             response = self._converse(msg, context, hints, report)
@@ -152,7 +173,7 @@ class Brain:
                 report.retried += 1
                 self.log(f"message {msg.id} will be retried: {exc}")
             return
-        output = parse(response.text, msg.channel)
+        output = parse(response.text, reply_channel(msg))
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
         report.completed += 1
@@ -161,13 +182,13 @@ class Brain:
 
     def _converse(self, msg: BusMessage, context: Context, hints: dict, report: DrainReport) -> LLMResponse:
         messages = list(context.messages)
-        runner = ToolRunner(self.db, self.settings, msg, context.session_id)
+        runner = ToolRunner(self.db, self.settings, msg, context.session_id, self.inspect)
         rounds = self.settings.max_tool_rounds
         for round_no in range(rounds + 1):
             request = LLMRequest(
                 system=context.system,
                 messages=messages,
-                tools=TOOLS,
+                tools=tools_for(msg.channel),
                 allow_tools=round_no < rounds,
                 max_tokens=self.settings.max_output_tokens,
                 hints=hints,

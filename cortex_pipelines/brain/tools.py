@@ -7,19 +7,25 @@ gets an error result the model can read, never an exception that kills the turn.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+from cortex_pipelines import clock
+from cortex_pipelines.config import ADMIN_CHANNEL, CHANNEL_PATTERN, Settings
 from cortex_pipelines.llm.base import ToolCall, ToolSpec
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.store import CATEGORIES, FactDraft
+from cortex_pipelines.proactive import schedules
+from cortex_pipelines.proactive.schedules import ScheduleError, ScheduleRequest
+from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
-from cortex_pipelines.storage.session import channel_history
+from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, channel_history, remove_pin
 
 
 class MemoryQueryInput(BaseModel):
@@ -53,13 +59,44 @@ class SpawnInput(BaseModel):
     report_to: str | None = Field(None, pattern=CHANNEL_PATTERN)
 
 
+class ScheduleListInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ScheduleDeleteInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str = Field(pattern=r"^sch-[0-9a-f]{8}$")
+
+
+class SaveInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str = Field(min_length=3, max_length=1000)
+    category: Literal[CATEGORIES] = "fact"  # type: ignore[valid-type]
+    importance: float = Field(0.7, ge=0, le=1)
+
+
+class PinInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str = Field(min_length=1, max_length=1000)
+    label: str | None = Field(None, max_length=40)
+
+
+class UnpinInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    position: int = Field(ge=1, le=PIN_LIMIT)
+
+
+class InspectInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
 def _spec(name: str, description: str, model: type[BaseModel]) -> ToolSpec:
     schema = model.model_json_schema()
     schema.pop("title", None)
     return ToolSpec(name, description, schema)
 
 
-TOOLS = [
+COMMON_TOOLS = [
     _spec(
         "memory_query",
         "Search long-term memory and past conversation across all channels. Returns matching "
@@ -88,7 +125,35 @@ TOOLS = [
         "arrives later as a message on the router channel.",
         SpawnInput,
     ),
+    _spec(
+        "schedule_create",
+        "Create a persistent reminder or scheduled prompt. Give `cron` (5 fields, e.g. '0 9 * * 1' for "
+        "Mondays at 9) for a recurring job or `at` (ISO time) for a one-shot one, read in `timezone`. "
+        "When it fires you get `action` as a message and your reply goes to `target_channel`.",
+        ScheduleRequest,
+    ),
+    _spec("schedule_list", "List the active schedules with their next firing.", ScheduleListInput),
+    _spec("schedule_delete", "Delete a schedule by its id (sch-...).", ScheduleDeleteInput),
 ]
+
+ADMIN_TOOLS = [
+    _spec("memory_save", "Save a memory directly (admin channel only).", SaveInput),
+    _spec("pin_add", "Pin an item to working memory; it is always in context (at most 10).", PinInput),
+    _spec("pin_remove", "Unpin the item at a 1-based position.", UnpinInput),
+    _spec(
+        "system_inspect",
+        "Inspect the system: bus counts, failed messages, pending operations, schedules, "
+        "supervision findings, recent Dagster runs and asset freshness.",
+        InspectInput,
+    ),
+]
+
+TOOLS = COMMON_TOOLS + ADMIN_TOOLS
+
+
+def tools_for(channel: str) -> list[ToolSpec]:
+    """The owner's admin chat gets full access; connector channels get the common tools."""
+    return TOOLS if channel == ADMIN_CHANNEL else COMMON_TOOLS
 
 
 @dataclass
@@ -99,6 +164,7 @@ class ToolRunner:
     settings: Settings
     message: BusMessage
     session_id: int  # the inbound turn, never returned as its own memory
+    inspect: Callable[[], dict[str, Any]] | None = None  # system overview, given by the admin chat
 
     def run(self, call: ToolCall) -> tuple[str, bool]:
         """Return (content, is_error) for a tool_result block."""
@@ -108,9 +174,17 @@ class ToolRunner:
             "memory_forget": (ForgetInput, self._forget),
             "memory_edit": (EditInput, self._edit),
             "sessions_spawn": (SpawnInput, self._spawn),
+            "schedule_create": (ScheduleRequest, self._schedule_create),
+            "schedule_list": (ScheduleListInput, self._schedule_list),
+            "schedule_delete": (ScheduleDeleteInput, self._schedule_delete),
+            "memory_save": (SaveInput, self._save),
+            "pin_add": (PinInput, self._pin),
+            "pin_remove": (UnpinInput, self._unpin),
+            "system_inspect": (InspectInput, self._inspect),
         }.get(call.name)
-        if handler is None:
-            return f"unknown tool {call.name!r}; available: {', '.join(t.name for t in TOOLS)}", True
+        offered = tools_for(self.message.channel)
+        if handler is None or call.name not in {t.name for t in offered}:
+            return f"unknown tool {call.name!r}; available: {', '.join(t.name for t in offered)}", True
         model, fn = handler
         try:
             args = model.model_validate(call.input if isinstance(call.input, dict) else {})
@@ -118,7 +192,10 @@ class ToolRunner:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first.get("loc", ()))
             return f"invalid input for {call.name}: {field}: {first.get('msg')}", True
-        return json.dumps(fn(args), ensure_ascii=False, default=str), False
+        try:
+            return json.dumps(fn(args), ensure_ascii=False, default=str), False
+        except ScheduleError as exc:
+            return f"{call.name} failed: {exc}", True
 
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
         return [
@@ -160,3 +237,47 @@ class ToolRunner:
             self.settings.op_deadline_hours,
         )
         return {"op_id": op_id, "status": "pending"}
+
+    def _schedule_create(self, args: ScheduleRequest) -> dict[str, Any]:
+        job = self.db.run(
+            schedules.create, args, self.settings, clock.now(), self.message.channel, self.message.id
+        )
+        return schedules.describe(job)
+
+    def _schedule_list(self, _: ScheduleListInput) -> list[dict[str, Any]]:
+        return [schedules.describe(job) for job in self.db.run(schedules.active)]
+
+    def _schedule_delete(self, args: ScheduleDeleteInput) -> dict[str, Any]:
+        return {"id": args.id, "deleted": self.db.run(schedules.delete, args.id, clock.now())}
+
+    def _save(self, args: SaveInput) -> dict[str, Any]:
+        from cortex_pipelines.memory.embedder import get_embedder
+        from cortex_pipelines.memory.pipeline import remember
+        from cortex_pipelines.memory.vectors import vector_store
+
+        draft = FactDraft(
+            args.text,
+            args.category,
+            args.importance,
+            (self.message.id,),
+            (self.message.channel,),
+            self.message.sent_at,
+            origin="admin",
+        )
+        s = self.settings
+        embedder = get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
+        report = remember(self.db, vector_store(s.paths.lance), embedder, s, [draft])
+        return {"new": report.new, "reinforced": report.reinforced}
+
+    def _pin(self, args: PinInput) -> dict[str, Any]:
+        return {"pins": len(self.db.run(add_pin, args.text, args.label)), "limit": PIN_LIMIT}
+
+    def _unpin(self, args: UnpinInput) -> dict[str, Any]:
+        removed = self.db.run(remove_pin, args.position)
+        return {"removed": removed["text"] if removed else None}
+
+    def _inspect(self, _: InspectInput) -> dict[str, Any]:
+        overview = self.db.run(system_overview)
+        if self.inspect is not None:
+            overview["dagster"] = self.inspect()
+        return overview

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.proactive import english
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
@@ -24,6 +26,8 @@ _QUESTION = re.compile(
     re.I,
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
+_LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
+_DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]{8})\b", re.I)
 
 
 class OfflineClient:
@@ -43,6 +47,12 @@ class OfflineClient:
         op = hints.get("completed_op")
         if text.strip().upper() == "HEARTBEAT":
             return _reply(request, "HEARTBEAT_OK")
+        if hints.get("schedule"):
+            return _reply(request, _reminder(hints["schedule"]))
+        if "schedule_create" in tools:
+            scheduled = _schedule_call(request, text, hints)
+            if scheduled is not None:
+                return scheduled
         if op:
             target = op.get("expected_channel") or hints.get("channel")
             summary = " ".join(str(op.get("result", "")).split())[:600]
@@ -79,6 +89,18 @@ class OfflineClient:
                     f"On it — I've handed that off as task {payload['op_id']} and will tell you "
                     "when the result is in."
                 )
+            elif name == "schedule_create" and isinstance(payload, dict):
+                lines.append(_confirm(payload))
+            elif name == "schedule_list" and isinstance(payload, list):
+                lines.append("Your schedules:" if payload else "You have no schedules.")
+                lines.extend(f"- {_schedule_line(job)}" for job in payload)
+            elif name == "schedule_delete" and isinstance(payload, dict):
+                done = payload.get("deleted")
+                lines.append(
+                    f"Deleted {payload.get('id')}." if done else f"There is no schedule {payload.get('id')}."
+                )
+            elif name.startswith("schedule_") and payload is None:
+                lines.append(f"I couldn't do that: {content}")
             elif name == "memory_query" and isinstance(payload, list):
                 hits = [h for h in payload if isinstance(h, dict) and h.get("text")][:3]
                 if hits:
@@ -87,6 +109,51 @@ class OfflineClient:
                 else:
                     lines.append("I don't have anything on that yet.")
         return _reply(request, "\n".join(lines) or "Noted.")
+
+
+def _schedule_call(request: LLMRequest, text: str, hints: dict) -> LLMResponse | None:
+    if _LIST_SCHEDULES.search(text):
+        return _tool(request, "schedule_list", {})
+    if match := _DELETE_SCHEDULE.search(text):
+        return _tool(request, "schedule_delete", {"id": match.group(2)})
+    now_local = datetime.fromisoformat(str(hints.get("now"))) if hints.get("now") else datetime.now(UTC)
+    wish = english.parse(text, now_local)
+    if wish is None:
+        return None
+    args = {
+        "description": wish.task,
+        "action": f"Remind the user to {wish.task}.",
+        "timezone": str(hints.get("timezone") or "UTC"),
+    }
+    if wish.cron:
+        args["cron"] = wish.cron
+    else:
+        args["at"] = wish.at.isoformat()
+    return _tool(request, "schedule_create", args)
+
+
+def _when(iso: str | None) -> str:
+    return datetime.fromisoformat(iso).strftime("%a %d %b at %H:%M") if iso else "never"
+
+
+def _schedule_line(job: dict) -> str:
+    repeat = "" if job.get("when") == "once" else f", repeating ({job.get('when')})"
+    return (
+        f"{job.get('id')}: {job.get('description')} — next {_when(job.get('next_fire'))} "
+        f"{job.get('timezone')}{repeat}, to {job.get('target_channel')}"
+    )
+
+
+def _confirm(job: dict) -> str:
+    return f"Okay, I'll remind you: {_schedule_line(job)}."
+
+
+def _reminder(firing: dict) -> str:
+    text = f"Reminder: {firing.get('description', 'scheduled job')}"
+    if firing.get("late"):
+        due = firing.get("due_at")
+        text += f" (this was due {_when(due)}; I'm late because I was not running)"
+    return text
 
 
 def _quote(hit: dict) -> str:

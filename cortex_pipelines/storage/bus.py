@@ -119,20 +119,25 @@ def claim_next(con) -> BusMessage | None:
     return _to_message((*row[:-1], row[-1] + 1))
 
 
-def recover_interrupted(con, max_attempts: int) -> tuple[list[int], list[int]]:
-    """Rows a dead drainer left in 'processing': back to the queue (the attempt stays counted),
-    or failed when they used up their attempts, so a message that crashes the process cannot
-    block the queue forever. Returns (requeued ids, failed ids)."""
+def recover_interrupted(
+    con, max_attempts: int, started_before: datetime | None = None
+) -> tuple[list[int], list[int]]:
+    """Rows a dead drainer left in 'processing' (optionally only those started before a time):
+    back to the queue (the attempt stays counted), or failed when they used up their attempts,
+    so a message that crashes the process cannot block the queue forever.
+    Returns (requeued ids, failed ids)."""
     failed = con.execute(
         "UPDATE bus SET state = 'failed', finished_at = ?, started_at = NULL, "
         "error = 'interrupted: the processing run died on this message ' || attempts || ' time(s)' "
-        "WHERE state = 'processing' AND attempts >= ? RETURNING id",
-        [utcnow(), max_attempts],
+        "WHERE state = 'processing' AND attempts >= ? AND (?::TIMESTAMP IS NULL OR started_at < ?) "
+        "RETURNING id",
+        [utcnow(), max_attempts, started_before, started_before],
     ).fetchall()
     requeued = con.execute(
         "UPDATE bus SET state = 'pending', started_at = NULL, "
         "error = coalesce(error, 'interrupted: the processing run died mid-message') "
-        "WHERE state = 'processing' RETURNING id"
+        "WHERE state = 'processing' AND (?::TIMESTAMP IS NULL OR started_at < ?) RETURNING id",
+        [started_before, started_before],
     ).fetchall()
     return [r[0] for r in requeued], [r[0] for r in failed]
 

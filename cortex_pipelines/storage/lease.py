@@ -29,6 +29,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stale(row: tuple, timeout_s: float) -> bool:
+    _, host, pid, beat = row
+    return utcnow() - beat > timedelta(seconds=timeout_s) or (
+        host == socket.gethostname() and not _alive(pid)
+    )
+
+
+def holder_alive(con, timeout_s: float) -> bool:
+    """Whether some live process is draining the bus right now."""
+    row = con.execute(
+        "SELECT holder, host, pid, heartbeat_at FROM brain_lease WHERE name = ?", [NAME]
+    ).fetchone()
+    return row is not None and not _stale(row, timeout_s)
+
+
 def acquire(db: Database, holder: str, timeout_s: float) -> bool:
     """Take the lease. Returns True when the previous holder died (its work must be recovered)."""
     host, pid = socket.gethostname(), os.getpid()
@@ -37,17 +52,15 @@ def acquire(db: Database, holder: str, timeout_s: float) -> bool:
         row = con.execute(
             "SELECT holder, host, pid, heartbeat_at FROM brain_lease WHERE name = ?", [NAME]
         ).fetchone()
-        now = utcnow()
         if row is not None:
-            _, old_host, old_pid, beat = row
+            _, old_host, old_pid, _ = row
             same_process = old_host == host and old_pid == pid
-            stale = now - beat > timedelta(seconds=timeout_s) or (old_host == host and not _alive(old_pid))
-            if not same_process and not stale:
+            if not same_process and not _stale(row, timeout_s):
                 raise BrainBusy(f"the bus is being drained by pid {old_pid} on {old_host}")
         con.execute(
             "INSERT OR REPLACE INTO brain_lease (name, holder, host, pid, heartbeat_at) "
             "VALUES (?, ?, ?, ?, ?)",
-            [NAME, holder, host, pid, now],
+            [NAME, holder, host, pid, utcnow()],
         )
         return row is not None
 

@@ -86,11 +86,12 @@ def fail_orphans(con, bus_ids: list[int]) -> int:
     return len(rows)
 
 
-def fail_overdue(con) -> int:
+def fail_overdue(con) -> list[str]:
+    """Ops whose deadline passed without a result: failed, and shown as [FAILED] once."""
     rows = con.execute(
         "UPDATE pending_ops SET status = 'failed', completed_at = ?, "
         "result = 'Error: no result before its deadline' "
         "WHERE status = 'pending' AND deadline_at < ? RETURNING id",
         [utcnow(), utcnow()],
     ).fetchall()
-    return len(rows)
+    return [r[0] for r in rows]

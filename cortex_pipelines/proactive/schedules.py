@@ -1,0 +1,273 @@
+"""User-created schedules (seed 001): persistent jobs whose firings become synthetic inbound
+messages on the `cron` channel, through the same validation and bus as any other message.
+
+A firing and the advance of its job's `next_fire_at` commit in one transaction, and the bus row's
+external id is `<job>@<fire time>`, so a crash or restart neither skips nor doubles a firing. A
+firing found more than `schedule_grace_s` after its due time (Cortex was down) is delivered once,
+marked late; several missed firings of one job collapse into that one late delivery.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+from cortex_pipelines.ingest.envelope import validate
+from cortex_pipelines.storage.bus import enqueue_rows
+from cortex_pipelines.storage.db import utcnow
+
+SENDER = "scheduler"
+CHANNEL = "cron"
+
+
+class ScheduleError(ValueError):
+    """A schedule request that cannot be kept; the message says why in one line."""
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(f"unknown timezone {name!r} (use an IANA name like Europe/Berlin)") from None
+
+
+class ScheduleRequest(BaseModel):
+    """What the LLM (or the CLI) asks for. Exactly one of `cron` and `at`."""
+
+    model_config = ConfigDict(extra="ignore")
+    description: str = Field(min_length=1, max_length=200)
+    action: str = Field(min_length=1, max_length=2000, description="the prompt the agent gets when it fires")
+    cron: str | None = Field(None, description="5-field cron expression, read in `timezone`")
+    at: str | None = Field(None, description="one-shot ISO 8601 time; without an offset it is in `timezone`")
+    timezone: str | None = Field(None, description="IANA name; default: the instance timezone")
+    target_channel: str | None = Field(None, pattern=CHANNEL_PATTERN, description="default: this channel")
+    topic: str | None = Field(None, max_length=100)
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is not None and (len(value.split()) != 5 or not croniter.is_valid(value)):
+            raise ValueError(f"{value!r} is not a 5-field cron expression")
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScheduleRequest:
+        if (self.cron is None) == (self.at is None):
+            raise ValueError("give exactly one of 'cron' (recurring) and 'at' (one-shot)")
+        return self
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(naive_utc: datetime) -> datetime:
+    return naive_utc.replace(tzinfo=UTC)
+
+
+def next_cron_fire(cron: str, tz: str, after: datetime) -> datetime:
+    """The first firing strictly after `after` (aware), computed on the job's wall clock."""
+    local = after.astimezone(zone(tz))
+    return croniter(cron, local).get_next(datetime).astimezone(UTC)
+
+
+def _parse_at(raw: str, tz: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ScheduleError(f"'at' is not an ISO 8601 time: {raw[:40]!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone(tz))
+    return moment.astimezone(UTC)
+
+
+def create(
+    con,
+    request: ScheduleRequest,
+    settings: Settings,
+    now: datetime,
+    origin_channel: str,
+    created_by: int | None = None,
+) -> dict:
+    """Store a job and compute its first firing; refuse what could never fire or never arrive."""
+    tz = request.timezone or settings.timezone
+    zone(tz)
+    target = request.target_channel or origin_channel
+    if target not in settings.known_channels() or target == CHANNEL:
+        raise ScheduleError(f"cannot deliver to channel {target!r}")
+    if request.cron is not None:
+        first = next_cron_fire(request.cron, tz, now)
+        run_at = None
+    else:
+        first = _parse_at(request.at or "", tz)
+        if first < now - timedelta(seconds=settings.schedule_grace_s):
+            raise ScheduleError(f"{request.at} is in the past")
+        run_at = _naive_utc(first)
+    job_id = "sch-" + uuid.uuid4().hex[:8]
+    con.execute(
+        "INSERT INTO schedules (id, description, cron, run_at, timezone, action, target_channel, topic, "
+        "created_at, created_by, next_fire_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            job_id,
+            request.description,
+            request.cron,
+            run_at,
+            tz,
+            request.action,
+            target,
+            request.topic,
+            _naive_utc(now),
+            created_by,
+            _naive_utc(first),
+        ],
+    )
+    return get(con, job_id)
+
+
+_COLUMNS = (
+    "id, description, cron, run_at, timezone, action, target_channel, topic, created_at, next_fire_at, "
+    "last_fired_at, fired_count, late_count, state"
+)
+
+
+def _rows(cur) -> list[dict]:
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def get(con, job_id: str) -> dict | None:
+    rows = _rows(con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", [job_id]))
+    return rows[0] if rows else None
+
+
+def active(con) -> list[dict]:
+    return _rows(
+        con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' ORDER BY next_fire_at, id")
+    )
+
+
+def delete(con, job_id: str, now: datetime) -> bool:
+    row = con.execute(
+        "UPDATE schedules SET state = 'deleted', ended_at = ?, next_fire_at = NULL "
+        "WHERE id = ? AND state = 'active' RETURNING id",
+        [_naive_utc(now), job_id],
+    ).fetchone()
+    return row is not None
+
+
+def drop_created_by(con, bus_ids: list[int]) -> list[str]:
+    """Schedules created by turns that never committed: their retry will create them again."""
+    if not bus_ids:
+        return []
+    rows = con.execute(
+        "UPDATE schedules SET state = 'deleted', ended_at = ?, next_fire_at = NULL "
+        "WHERE state = 'active' AND created_by IN (SELECT unnest(?)) RETURNING id",
+        [utcnow(), bus_ids],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def summary(con) -> dict:
+    """The `schedules` section of `cortex status --json`."""
+    jobs = active(con)
+    upcoming = next((describe(j)["next_fire"] for j in jobs if j["next_fire_at"]), None)
+    return {"active": len(jobs), "next_fire": upcoming}
+
+
+def describe(job: dict) -> dict:
+    """A job as users and the model read it: times on the job's own wall clock."""
+    tz = zone(job["timezone"])
+    nxt = job["next_fire_at"]
+    return {
+        "id": job["id"],
+        "description": job["description"],
+        "when": f"cron {job['cron']}" if job["cron"] else "once",
+        "timezone": job["timezone"],
+        "next_fire": _aware(nxt).astimezone(tz).isoformat(timespec="minutes") if nxt else None,
+        "target_channel": job["target_channel"],
+        "action": job["action"],
+        "fired": job["fired_count"],
+        "state": job["state"],
+    }
+
+
+@dataclass(frozen=True)
+class Firing:
+    job_id: str
+    due_at: datetime  # aware UTC
+    late: bool
+    missed: int
+    bus_id: int | None  # None when this firing was already on the bus
+
+
+def _firing_text(job: dict, due_local: datetime, late: bool, missed: int) -> str:
+    when = due_local.strftime("%a %d %b %H:%M %Z")
+    note = ""
+    if late:
+        note = f" It was due at {when} and is delivered late because Cortex was not running"
+        note += f" ({missed} earlier firing(s) were folded into this one)." if missed else "."
+    return f"Scheduled job {job['id']} ({job['description']}) is due, {when}.{note}\nAction: {job['action']}"
+
+
+def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
+    """Turn every due firing into a bus message and advance its job, in the caller's transaction."""
+    grace = timedelta(seconds=settings.schedule_grace_s)
+    jobs = _rows(
+        con.execute(
+            f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' AND next_fire_at <= ? "
+            "ORDER BY next_fire_at, id",
+            [_naive_utc(now)],
+        )
+    )
+    firings = []
+    for job in jobs:
+        due = _aware(job["next_fire_at"])
+        missed = 0
+        following = None
+        if job["cron"]:
+            following = next_cron_fire(job["cron"], job["timezone"], due)
+            while following <= now:  # down across several firings: deliver the latest, once
+                missed, due = missed + 1, following
+                following = next_cron_fire(job["cron"], job["timezone"], due)
+        late = now - due > grace
+        due_local = due.astimezone(zone(job["timezone"]))
+        envelope = {
+            "channel": CHANNEL,
+            "external_id": f"{job['id']}@{due.strftime('%Y-%m-%dT%H:%MZ')}",
+            "sender": SENDER,
+            "text": _firing_text(job, due_local, late, missed),
+            "priority": "normal",
+            "topic": job["topic"],
+            "timestamp": due.isoformat(),
+            "metadata": {
+                "schedule_id": job["id"],
+                "description": job["description"],
+                "action": job["action"],
+                "target_channel": job["target_channel"],
+                "due_at": due_local.isoformat(),
+                "late": late,
+                "missed": missed,
+            },
+        }
+        row = validate(envelope, settings, now, folder_channel=None)
+        inserted = enqueue_rows(con, [row], source=f"schedule:{job['id']}").inserted
+        con.execute(
+            "UPDATE schedules SET next_fire_at = ?, last_fired_at = ?, fired_count = fired_count + 1, "
+            "late_count = late_count + ?, state = ?, ended_at = ? WHERE id = ?",
+            [
+                _naive_utc(following) if following else None,
+                _naive_utc(now),
+                int(late),
+                "active" if following else "done",
+                None if following else _naive_utc(now),
+                job["id"],
+            ],
+        )
+        firings.append(Firing(job["id"], due, late, missed, inserted[0] if inserted else None))
+    return firings

@@ -1,0 +1,142 @@
+"""Supervision (seed 004): nothing stays stuck silently.
+
+A message left in 'processing' with no live drainer is requeued (its attempt stays counted, so a
+message that keeps killing the process still fails after `max_attempts`); delegated work past its
+deadline is failed and shown to the model once as [FAILED]; hung Dagster runs are failed by run
+monitoring and recorded here. Every finding is a row the user sees in `cortex status --json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.proactive import schedules
+from cortex_pipelines.storage import bus, lease, utcnow
+from cortex_pipelines.storage import ops as ops_store
+
+CHECKED_CURSOR = "supervision_checked_at"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # stuck_message | overdue_op | hung_run
+    subject: str
+    action: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Recovery:
+    requeued: list[int]
+    failed: list[int]
+    orphaned_ops: int
+    dropped_schedules: list[str]
+
+
+def recover_interrupted_work(con, settings: Settings, started_before=None) -> Recovery:
+    """Undo what a dead drainer left half done: its messages go back to the queue (or fail), the
+    work they delegated fails, the schedules they created go (the retry creates them again)."""
+    requeued, failed = bus.recover_interrupted(con, settings.max_attempts, started_before)
+    interrupted = requeued + failed
+    return Recovery(
+        requeued,
+        failed,
+        ops_store.fail_orphans(con, interrupted),
+        schedules.drop_created_by(con, interrupted),
+    )
+
+
+def supervise(
+    con, settings: Settings, runs_active: bool, hung_runs: list[dict] | None = None
+) -> list[Finding]:
+    """One supervision pass in the caller's transaction; returns (and records) what it found."""
+    now = utcnow()
+    findings: list[Finding] = []
+    if not runs_active and not lease.holder_alive(con, settings.lease_timeout_s):
+        stuck_before = now - timedelta(seconds=settings.stuck_after_s)
+        recovery = recover_interrupted_work(con, settings, started_before=stuck_before)
+        waited = f"in processing for over {settings.stuck_after_s:.0f} s with no live processing run"
+        findings += [
+            Finding("stuck_message", f"bus #{i}", "requeued", f"{waited}; the attempt stays counted")
+            for i in recovery.requeued
+        ]
+        findings += [
+            Finding("stuck_message", f"bus #{i}", "failed", f"{waited}; it used up its attempts")
+            for i in recovery.failed
+        ]
+    findings += [
+        Finding("overdue_op", op_id, "failed", "no result before its deadline; shown as [FAILED] once")
+        for op_id in ops_store.fail_overdue(con)
+    ]
+    seen = {
+        r[0]
+        for r in con.execute("SELECT subject FROM supervision_findings WHERE kind = 'hung_run'").fetchall()
+    }
+    findings += [
+        Finding(
+            "hung_run",
+            run["run_id"],
+            "left to run monitoring",
+            f"{run['job']} has run since {run['started']:%Y-%m-%d %H:%M} UTC, past its max runtime",
+        )
+        for run in hung_runs or []
+        if run["run_id"] not in seen
+    ]
+    for f in findings:
+        con.execute(
+            "INSERT INTO supervision_findings (found_at, kind, subject, action, detail) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [now, f.kind, f.subject, f.action, f.detail],
+        )
+    con.execute(
+        "INSERT OR REPLACE INTO cursors (name, value, updated_at) VALUES (?, ?, ?)",
+        [CHECKED_CURSOR, int(now.timestamp()), now],
+    )
+    return findings
+
+
+def _dicts(cur) -> list[dict]:
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def status(con, recent: int = 10) -> dict:
+    """The `supervision` section of `cortex status --json`."""
+    checked = con.execute("SELECT updated_at FROM cursors WHERE name = ?", [CHECKED_CURSOR]).fetchone()
+    totals = dict(con.execute("SELECT kind, count(*) FROM supervision_findings GROUP BY kind").fetchall())
+    rows = _dicts(
+        con.execute(
+            "SELECT found_at, kind, subject, action, detail FROM supervision_findings "
+            "ORDER BY id DESC LIMIT ?",
+            [recent],
+        )
+    )
+    return {
+        "last_check_at": checked[0].isoformat(timespec="seconds") + "Z" if checked else None,
+        "findings": {kind: int(totals.get(kind, 0)) for kind in ("stuck_message", "overdue_op", "hung_run")},
+        "recent": [{**r, "found_at": r["found_at"].isoformat(timespec="seconds") + "Z"} for r in rows],
+    }
+
+
+def system_overview(con) -> dict:
+    """What the admin chat's `system_inspect` shows: queue, failures, delegated work, schedules."""
+    counts = dict(con.execute("SELECT state, count(*) FROM bus GROUP BY state").fetchall())
+    return {
+        "bus": {state: int(counts.get(state, 0)) for state in bus.BUS_STATES},
+        "failed_messages": _dicts(
+            con.execute(
+                "SELECT id, channel, left(text, 120) AS text, error, attempts FROM bus "
+                "WHERE state = 'failed' ORDER BY id DESC LIMIT 5"
+            )
+        ),
+        "pending_ops": _dicts(
+            con.execute(
+                "SELECT id, description, dispatched_at, deadline_at, expected_channel FROM pending_ops "
+                "WHERE status = 'pending' ORDER BY dispatched_at"
+            )
+        ),
+        "schedules": [schedules.describe(job) for job in schedules.active(con)],
+        "supervision": status(con, recent=5),
+    }
