@@ -16,6 +16,10 @@ from cortex_pipelines.memory.pipeline import rebuild
 from cortex_pipelines.resources import CortexResource
 
 BRAIN_LANE = {"cortex/lane": "brain"}
+# Run monitoring (shipped dagster.yaml) fails a brain-lane run that runs longer than this: a hung
+# run must not hold the lane forever. The brain lease's own timeout is shorter.
+MAX_RUNTIME_S = 3600
+_BRAIN_RUN_TAGS = {**BRAIN_LANE, "dagster/max_runtime": str(MAX_RUNTIME_S)}
 
 
 def _job(name: str, selection: AssetSelection, description: str, tags: dict | None = None):
@@ -32,13 +36,13 @@ process_messages = _job(
     "process_messages",
     AssetSelection.assets("session_messages"),
     "Answer every pending message, strictly in bus order.",
-    BRAIN_LANE,
+    _BRAIN_RUN_TAGS,
 )
 cortex_main = _job(
     "cortex_main",
     AssetSelection.all() - AssetSelection.assets("bus_messages"),
     "Process all pending messages, then materialize every memory asset.",
-    BRAIN_LANE,
+    _BRAIN_RUN_TAGS,
 )
 memory_job = _job(
     "memory_job",

@@ -4,27 +4,16 @@ import json
 
 from dagster import (
     AssetMaterialization,
-    DagsterRunStatus,
     DefaultSensorStatus,
-    RunRequest,
-    RunsFilter,
     SensorEvaluationContext,
-    SensorResult,
-    SkipReason,
     sensor,
 )
 
 from cortex_pipelines.ingest.inbox import ingest_inbox
-from cortex_pipelines.jobs import BRAIN_LANE, process_messages
+from cortex_pipelines.jobs import process_messages
 from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.sensors.processing import request_processing
 from cortex_pipelines.storage import bus
-
-_ACTIVE = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
 
 
 @sensor(
@@ -55,21 +44,4 @@ def inbox_sensor(context: SensorEvaluationContext, cortex: CortexResource):
     cursor = json.loads(context.cursor) if context.cursor else {"ingested": 0, "rejected": 0}
     cursor["ingested"] += report.accepted
     cursor["rejected"] += len(report.rejected)
-    due, key = bus.due_pending(db)
-    if due == 0:
-        return SensorResult(
-            skip_reason=SkipReason("no messages waiting"), asset_events=events, cursor=json.dumps(cursor)
-        )
-    active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=_ACTIVE), limit=1)
-    if active:
-        return SensorResult(
-            skip_reason=SkipReason(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus"),
-            asset_events=events,
-            cursor=json.dumps(cursor),
-        )
-    cursor["last_run_key"] = key
-    return SensorResult(
-        run_requests=[RunRequest(run_key=key, tags=BRAIN_LANE)],
-        asset_events=events,
-        cursor=json.dumps(cursor),
-    )
+    return request_processing(context, db, cursor, events)

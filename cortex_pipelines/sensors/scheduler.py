@@ -1,0 +1,39 @@
+"""The scheduler sensor: every due firing of a user's schedule becomes a `cron` message on the bus,
+then a processing run is requested like for any inbox message."""
+
+import json
+
+from dagster import AssetMaterialization, DefaultSensorStatus, SensorEvaluationContext, sensor
+
+from cortex_pipelines import clock
+from cortex_pipelines.jobs import process_messages
+from cortex_pipelines.proactive import schedules
+from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.sensors.processing import request_processing
+
+
+@sensor(
+    job=process_messages,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Fires due schedules and reminders as messages on the cron channel.",
+)
+def scheduler(context: SensorEvaluationContext, cortex: CortexResource):
+    settings, db = cortex.settings(), cortex.database()
+    fired = db.run(lambda con: schedules.fire_due(con, settings, clock.now()))
+    cursor = json.loads(context.cursor) if context.cursor else {"fired": 0, "late": 0}
+    cursor["fired"] += len(fired)
+    cursor["late"] += sum(f.late for f in fired)
+    events = []
+    for firing in fired:
+        context.log.info(
+            f"fired {firing.job_id} due {firing.due_at:%Y-%m-%d %H:%M} UTC"
+            + (f" late ({firing.missed} earlier firing(s) folded in)" if firing.late else "")
+        )
+    if fired:
+        events.append(
+            AssetMaterialization(
+                "bus_messages", metadata={"scheduled_firings": len(fired), "late": sum(f.late for f in fired)}
+            )
+        )
+    return request_processing(context, db, cursor, events)

@@ -1,0 +1,41 @@
+"""The supervision sensor (seed 004): requeues messages stuck in processing, fails delegated work
+past its deadline, and records brain-lane runs that outlive their max runtime (run monitoring in
+the shipped dagster.yaml fails them)."""
+
+from datetime import UTC, datetime
+
+from dagster import DefaultSensorStatus, RunsFilter, SensorEvaluationContext, SkipReason, sensor
+
+from cortex_pipelines.jobs import BRAIN_LANE, MAX_RUNTIME_S, process_messages
+from cortex_pipelines.proactive.supervision import supervise
+from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.sensors.processing import ACTIVE, request_processing
+
+
+@sensor(
+    job=process_messages,
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Finds stuck messages, overdue delegated work and hung runs; fixes or records them.",
+)
+def supervision(context: SensorEvaluationContext, cortex: CortexResource):
+    settings, db = cortex.settings(), cortex.database()
+    runs = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=10)
+    now = datetime.now(UTC).timestamp()
+    hung = [
+        {
+            "run_id": run.run_id,
+            "job": run.job_name,
+            "started": datetime.fromtimestamp(record.start_time, UTC),
+        }
+        for run in runs
+        if (record := context.instance.get_run_record_by_id(run.run_id)) is not None
+        and record.start_time is not None
+        and now - record.start_time > MAX_RUNTIME_S
+    ]
+    findings = db.run(supervise, settings, bool(runs), hung)
+    for f in findings:
+        context.log.warning(f"{f.kind} {f.subject}: {f.action} ({f.detail})")
+    if any(f.kind == "stuck_message" and f.action == "requeued" for f in findings):
+        return request_processing(context, db, {})
+    return SkipReason(f"{len(findings)} finding(s)" if findings else "all clear")
