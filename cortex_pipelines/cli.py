@@ -63,7 +63,10 @@ def main(
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
     if now is not None:
-        os.environ["CORTEX_NOW"] = now
+        try:
+            os.environ["CORTEX_NOW"] = clock.as_offset(now)
+        except ClockError as exc:
+            _fail(str(exc))
 
 
 def _settings() -> Settings:

@@ -1,5 +1,6 @@
-"""The instance's one clock. `CORTEX_NOW` (or `cortex --now`) moves it, so a demo or a test can
-let a reminder come due without waiting; time still runs forward from the moved instant."""
+"""The instance's one clock. `CORTEX_NOW` moves it, so a demo or a test can let a reminder come
+due without waiting: an offset like `+2m` shifts the real time (which keeps running), an ISO 8601
+timestamp pins it (tests). `cortex --now` turns either into an offset, so time runs on from it."""
 
 from __future__ import annotations
 
@@ -9,29 +10,32 @@ from datetime import UTC, datetime, timedelta
 
 _OFFSET = re.compile(r"^([+-])(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_anchors: dict[str, float] = {}
 
 
 class ClockError(ValueError):
     """CORTEX_NOW is neither an ISO timestamp nor an offset like +2m."""
 
 
-def parse_shift(value: str, real: datetime) -> float:
-    """Seconds to add to the real time: '+90s', '-1h', '+2d', or an ISO timestamp to jump to."""
+def _parse(value: str) -> timedelta | datetime:
     value = value.strip()
-    match = _OFFSET.match(value)
-    if match:
+    if match := _OFFSET.match(value):
         sign = -1 if match.group(1) == "-" else 1
-        return sign * float(match.group(2)) * _UNIT_S[match.group(3)]
+        return timedelta(seconds=sign * float(match.group(2)) * _UNIT_S[match.group(3)])
     try:
-        target = datetime.fromisoformat(value)
+        pinned = datetime.fromisoformat(value)
     except ValueError:
         raise ClockError(
             f"CORTEX_NOW: {value!r} is neither an ISO timestamp nor an offset like +2m, -1h, +3d"
         ) from None
-    if target.tzinfo is None:
-        target = target.replace(tzinfo=UTC)
-    return (target - real).total_seconds()
+    return pinned if pinned.tzinfo else pinned.replace(tzinfo=UTC)
+
+
+def as_offset(value: str) -> str:
+    """`--now` as an offset from the real time, so the moved clock keeps running."""
+    parsed = _parse(value)
+    if isinstance(parsed, datetime):
+        parsed = parsed - datetime.now(UTC)
+    return f"{parsed.total_seconds():+.3f}s"
 
 
 def now() -> datetime:
@@ -40,6 +44,5 @@ def now() -> datetime:
     value = os.environ.get("CORTEX_NOW")
     if not value:
         return real
-    if value not in _anchors:  # an ISO instant is reached once, then time runs on from it
-        _anchors[value] = parse_shift(value, real)
-    return real + timedelta(seconds=_anchors[value])
+    parsed = _parse(value)
+    return real + parsed if isinstance(parsed, timedelta) else parsed.astimezone(UTC)
