@@ -26,6 +26,7 @@ from cortex_pipelines.instance import dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
+from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage.bus import requeue_failed
 from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
@@ -160,6 +161,8 @@ def run(
     if demo:
         sample = Path(str(resources.files("cortex_pipelines").joinpath("demo/conversation.jsonl")))
         _report(ingest_path(sample, settings, db))
+    for finding in db.run(supervise, settings, False):
+        _say(f"supervision: {finding.kind} {finding.subject} {finding.action} ({finding.detail})")
     fired = db.run(lambda con: schedules.fire_due(con, settings, clock.now()))
     if fired:
         late = sum(f.late for f in fired)

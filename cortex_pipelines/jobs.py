@@ -65,6 +65,11 @@ maintenance_job = _job(
     AssetSelection.assets("memory_maintenance"),
     "Decay, prune, merge and consolidate memory; optimize LanceDB.",
 )
+observations_job = _job(
+    "observations_job",
+    AssetSelection.assets("observations"),
+    "Notice repeated behaviour over the last active week and remember it as observations.",
+)
 
 publish_job = _job(
     "publish_job",
@@ -100,6 +105,7 @@ JOBS = [
     eviction_job,
     harvest_job,
     maintenance_job,
+    observations_job,
     publish_job,
 ]
 
@@ -116,5 +122,6 @@ SCHEDULES = [
     _schedule(eviction_job, "15 3 * * 0"),  # vector eviction: weekly
     _schedule(harvest_job, "30 */6 * * *"),  # op harvesting: every 6 h
     _schedule(maintenance_job, "45 3 * * *"),  # decay / prune / merge: daily
+    _schedule(observations_job, "20 4 * * *"),  # pattern observations: daily (seed 004)
     _schedule(publish_job, "50 * * * *"),  # bulletin refresh: every 60 min (seed 004)
 ]

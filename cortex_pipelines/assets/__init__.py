@@ -20,6 +20,7 @@ CODE_VERSIONS = {
     "cold_memory": "1",
     "harvested_ops": "1",
     "memory_maintenance": "1",
+    "observations": "1",
     "threads": "1",
     "decisions": "1",
     "narrative": "1",

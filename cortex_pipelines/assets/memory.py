@@ -22,6 +22,7 @@ from cortex_pipelines.memory.maintenance import (
     evict_to_cold,
     merge_and_consolidate,
 )
+from cortex_pipelines.memory.observations import observe
 from cortex_pipelines.memory.pipeline import (
     extract_new_facts,
     index_episodes,
@@ -180,6 +181,29 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
     )
 
 
+@asset(
+    deps=["extracted_facts"],
+    kinds={"duckdb", "lancedb", "anthropic"},
+    description="Repeated behaviour over the last active week (topics, places, timezones, active hours) "
+    "saved as observation memories with their sources.",
+    **_common,
+)
+def observations(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
+    db = cortex.database()
+    report = observe(db, cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm())
+    preview = "\n".join(f"- {o.text} _({o.evidence}; messages {list(o.sources)[:8]})_" for o in report.found)
+    return MaterializeResult(
+        metadata={
+            "observations": len(report.found),
+            "evidence_changed": report.changed,
+            "new_facts": len(report.new),
+            "reinforced_facts": len(report.reinforced),
+            "llm_calls": report.llm_calls,
+            "preview": MetadataValue.md(preview or "_no repeated behaviour yet_"),
+        }
+    )
+
+
 @asset_check(asset=extracted_facts, description="No two active facts share a normalized text.")
 def no_duplicate_facts(cortex: CortexResource) -> AssetCheckResult:
     dupes = cortex.database().query(
@@ -221,5 +245,6 @@ MEMORY_ASSETS = [
     cold_memory,
     harvested_ops,
     memory_maintenance,
+    observations,
 ]
 MEMORY_CHECKS = [no_duplicate_facts, facts_have_sources, hot_memory_within_cap, lancedb_agrees_with_duckdb]

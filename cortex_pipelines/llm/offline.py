@@ -122,7 +122,7 @@ def _schedule_call(request: LLMRequest, text: str, hints: dict) -> LLMResponse |
         return None
     args = {
         "description": wish.task,
-        "action": f"Remind the user to {wish.task}.",
+        "action": f"Remind the user: {wish.task}.",
         "timezone": str(hints.get("timezone") or "UTC"),
     }
     if wish.cron:
