@@ -384,6 +384,36 @@ def _resync(settings: Settings) -> None:
 
 
 @app.command()
+def chat() -> None:
+    """Talk to the brain itself on the admin channel (always live, every tool), or use /commands."""
+    from cortex_pipelines.admin.chat import AdminChat
+    from cortex_pipelines.admin.dagster_view import dagster_overview
+    from cortex_pipelines.llm import make_client
+
+    settings = _ready()
+    session = AdminChat(
+        settings,
+        make_client(settings),
+        inspect=lambda: dagster_overview(settings),
+        resync=lambda: _resync(settings),
+    )
+    _say(
+        f"Cortex admin chat on {settings.home} ({settings.llm_provider}). /help lists commands, /quit leaves."
+    )
+    while True:
+        try:
+            line = input("you> ")
+        except (EOFError, KeyboardInterrupt):
+            _say("")
+            return
+        if line.strip() in ("/quit", "/exit"):
+            return
+        answer = session.handle(line)
+        if answer:
+            _say(f"cortex> {answer}")
+
+
+@app.command()
 def dev(
     port: Annotated[int, typer.Option(help="port for the UI")] = 3000,
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",

@@ -16,7 +16,7 @@ from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import ToolRunner, tools_for
-from cortex_pipelines.config import Settings
+from cortex_pipelines.config import ADMIN_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.proactive import schedules
@@ -102,12 +102,13 @@ class Brain:
         lease.acquire(self.db, holder="drain", timeout_s=self.settings.lease_timeout_s)
         try:
             self._startup_cleanup(report)
-            while max_messages is None or report.processed < max_messages:
-                msg = self.db.run(_heartbeat_and_claim)
-                if msg is None:
-                    break
-                report.processed += 1
-                self._process(msg, report)
+            with self.db.burst():  # a message's 4-5 short transactions share one attachment
+                while max_messages is None or report.processed < max_messages:
+                    msg = self.db.run(_heartbeat_and_claim)
+                    if msg is None:
+                        break
+                    report.processed += 1
+                    self._process(msg, report)
         finally:
             lease.release(self.db)
             outbox.export_files(self.db, self.settings.paths)
@@ -235,7 +236,8 @@ class Brain:
         }
         reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta)
         for target in routed.delivered:
-            outbox.add(con, msg.id, target, output.text)
+            if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
+                outbox.add(con, msg.id, target, output.text)
         ops_store.acknowledge(con, context.shown_op_ids)
         bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_channel_read(con, msg.channel)
