@@ -25,7 +25,7 @@ from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database, lease
 from cortex_pipelines.storage.bus import enqueue_rows
-from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, pins, remove_pin
+from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, append_owner_note, pins, remove_pin
 
 HELP = """Slash commands (the same tools the brain has here):
   /recall QUERY          search memory
@@ -140,8 +140,9 @@ class AdminChat:
         if len(text) < 3:
             return "usage: /save TEXT"
         s = self.settings
+        note = self.db.run(append_owner_note, ADMIN_CHANNEL, SENDER, f"/save {text}")
         draft = memory_store.FactDraft(
-            text, "fact", 0.7, (), (ADMIN_CHANNEL,), clock.now().replace(tzinfo=None), "admin"
+            text, "fact", 0.7, (note,), (ADMIN_CHANNEL,), clock.now().replace(tzinfo=None), "admin"
         )
         embedder = get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
         report = remember(self.db, vector_store(s.paths.lance), embedder, s, [draft])

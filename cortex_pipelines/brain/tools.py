@@ -259,7 +259,7 @@ class ToolRunner:
             args.text,
             args.category,
             args.importance,
-            (self.message.id,),
+            (self.session_id,),
             (self.message.channel,),
             self.message.sent_at,
             origin="admin",

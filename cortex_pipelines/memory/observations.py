@@ -85,10 +85,12 @@ def _names(text: str) -> set[str]:
 
 
 def _topics(turns: list[Turn]) -> list[Observation]:
+    """Names (capitalized somewhere mid-sentence, so not just a sentence start) by day."""
+    proper = {n for t in turns for n in _names(t.text)}
     days: dict[str, set] = defaultdict(set)
     ids: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:
-        for name in _names(t.text):
+        for name in (n for n in proper if re.search(rf"\b{re.escape(n)}\b", t.text)):
             days[name].add(t.ts.date())
             ids[name].append(t)
     out = []
@@ -149,7 +151,15 @@ def _activity(turns: list[Turn], tz: str) -> list[Observation]:
         return []
     zone = ZoneInfo(tz)
     local = [(t, t.ts.replace(tzinfo=ZoneInfo("UTC")).astimezone(zone)) for t in turns]
-    best = max(range(24), key=lambda h: (sum(lt.hour in (h, (h + 1) % 24) for _, lt in local), -h))
+
+    def share(h: int) -> tuple[int, int, int]:  # ties: the window that starts where activity does
+        return (
+            sum(lt.hour in (h, (h + 1) % 24) for _, lt in local),
+            sum(lt.hour == h for _, lt in local),
+            -h,
+        )
+
+    best = max(range(24), key=share)
     hits = [(t, lt) for t, lt in local if lt.hour in (best, (best + 1) % 24)]
     days = {lt.date() for _, lt in hits}
     if len(days) < MIN_ACTIVE_DAYS or len(hits) < MIN_ACTIVE_SHARE * len(turns):

@@ -42,6 +42,15 @@ def append_inbound(con, msg: BusMessage) -> int:
     return row[0]
 
 
+def append_owner_note(con, channel: str, sender: str, content: str) -> int:
+    """A statement the owner made outside the bus (an admin `/save`): the source of what it saves."""
+    return con.execute(
+        "INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata) "
+        "VALUES (NULL, 'user', ?, ?, ?, ?, '{}') RETURNING id",
+        [channel, sender, content, utcnow()],
+    ).fetchone()[0]
+
+
 def append_reply(con, bus_id: int, channel: str, content: str, metadata: dict) -> int:
     row = con.execute(
         """
