@@ -228,3 +228,17 @@ def test_remind_me_in_two_minutes_arrives_once_when_the_time_comes(tmp_path):
     }
     bad = cortex("--now", "next tuesday", "status", home=home, check=False)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "CORTEX_NOW" in bad.stderr
+
+
+@pytest.mark.timeout(600)
+def test_the_demo_creates_its_reminder_and_its_observations_are_recallable(tmp_path):
+    home = tmp_path / "home"
+    cortex("run", "--demo", home=home)
+    (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
+    assert job["when"] == "cron 0 9 * * 1" and "timesheet" in job["description"]
+    hits = json.loads(cortex("recall", "when is the user usually active", "--json", home=home).stdout)
+    assert any(h["text"].startswith("The user is usually active between") for h in hits[:3]), hits
+    helios = json.loads(
+        cortex("recall", "what does the user keep coming back to", "--json", home=home).stdout
+    )
+    assert any("keeps coming back to Helios" in h["text"] and len(h["sources"]) >= 5 for h in helios), helios
