@@ -265,3 +265,29 @@ def test_an_overdue_op_becomes_failed_and_is_shown_once(settings, db, monkeypatc
     Brain(db, settings, llm).drain()
     shown = [f"[FAILED] {op_id}" in r.system for r in llm.requests]
     assert shown == [True, False]
+
+
+def test_a_hung_run_is_recorded_once(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T09:00:00+00:00")
+    run = {"run_id": "a1b2c3d4e5", "job": "process_messages", "started": datetime(2026, 3, 23, 7, 30)}
+    (finding,) = db.run(supervise, settings, True, [run])
+    assert (finding.kind, finding.subject) == ("hung_run", "a1b2c3d4e5") and "07:30" in finding.detail
+    assert db.run(supervise, settings, True, [run]) == []
+    assert status(settings)["supervision"]["findings"]["hung_run"] == 1
+
+
+def test_the_model_knows_the_users_time_to_schedule_by(tmp_path, monkeypatch):
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.instance import init_home
+    from cortex_pipelines.storage import Database
+
+    berlin = load_settings(tmp_path / "home", timezone="Europe/Berlin")
+    init_home(berlin)
+    db = Database(berlin.paths.db)
+    _at(monkeypatch, "2026-03-30T07:00:00+00:00")
+    drop(berlin, "webchat", "a.json", msg("webchat", "remind me at 9 to call the bank", "w1"))
+    ingest_inbox(berlin, db)
+    llm = ScriptedClient("ok")
+    Brain(db, berlin, llm).drain()
+    assert "Now: Monday 2026-03-30 09:00 (Europe/Berlin)." in llm.requests[0].system
+    assert llm.requests[0].hints["now"].startswith("2026-03-30T09:00:00+02:00")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
+from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
 from cortex_pipelines.memory.store import hot_for_floor
@@ -34,7 +36,11 @@ SILENCE = "[silence]"
 PREAMBLE = """You are Cortex, the user's personal agent. All channels share one session: messages \
 arrive tagged [channel · sender · time]. Answer the current message only.
 Tools: memory_query searches what the user said before; fetch_chat_history reads older turns of a \
-channel; sessions_spawn delegates long work (its result arrives later on the router channel).
+channel; sessions_spawn delegates long work (its result arrives later on the router channel); \
+schedule_create / schedule_list / schedule_delete keep the user's reminders and scheduled prompts \
+(cron in the user's timezone unless they name another). A message on the cron channel is a firing \
+of such a schedule: do what its Action says; your reply goes to the schedule's target channel. \
+The admin channel is the owner inspecting and correcting you directly.
 Output rules: reply with plain text for the current channel. Write NO_REPLY to stay silent \
 (HEARTBEAT_OK for heartbeats). Start with [[send_to:CHANNEL]] to deliver to another channel. \
 Never state facts you were not told or did not retrieve."""
@@ -92,7 +98,12 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
     budget = settings.context_total_tokens
 
     # Layer 1: the system floor.
-    floor: list[str] = [PREAMBLE, *_read_workspace(settings)]
+    local = clock.now().astimezone(ZoneInfo(settings.timezone))
+    floor: list[str] = [
+        PREAMBLE,
+        f"Now: {local:%A %Y-%m-%d %H:%M} ({settings.timezone}).",
+        *_read_workspace(settings),
+    ]
     bulletin = settings.paths.out / "memory_bulletin.md"
     if bulletin.is_file():
         floor.append(bulletin.read_text(encoding="utf-8", errors="replace").strip())
