@@ -117,31 +117,21 @@ def _places_and_zones(turns: list[Turn]) -> list[Observation]:
             zones[next(g for g in match.groups() if g)].append(t)
     places = {p for t in turns for p in _PLACE.findall(t.text) if p.split()[0] not in _NOT_NAMES}
     mentions = {p: [t for t in turns if re.search(rf"\b{re.escape(p)}\b", t.text)] for p in places}
+    kinds = [
+        (zones, "The user's timezone is probably {}: they mention it on more than one channel.", 0.9),
+        (mentions, "{} matters to the user: it comes up on more than one channel.", 0.7),
+    ]
     out = []
-    for zone, hits in sorted(zones.items()):
-        channels = tuple(sorted({t.channel for t in hits}))
-        if len(channels) >= 2:
-            out.append(
-                Observation(
-                    f"The user's timezone is probably {zone}: they mention it on more than one channel.",
-                    0.9,
-                    tuple(t.id for t in hits),
-                    channels,
-                    f"{zone}: {len(hits)} mention(s) on {', '.join(channels)}",
+    for found, template, importance in kinds:
+        for name, hits in sorted(found.items()):
+            channels = tuple(sorted({t.channel for t in hits}))
+            if len(channels) >= 2:
+                evidence = f"{name}: {len(hits)} mention(s) on {', '.join(channels)}"
+                out.append(
+                    Observation(
+                        template.format(name), importance, tuple(t.id for t in hits), channels, evidence
+                    )
                 )
-            )
-    for place, hits in sorted(mentions.items()):
-        channels = tuple(sorted({t.channel for t in hits}))
-        if len(channels) >= 2:
-            out.append(
-                Observation(
-                    f"{place} matters to the user: it comes up on more than one channel.",
-                    0.7,
-                    tuple(t.id for t in hits),
-                    channels,
-                    f"{place}: {len(hits)} mention(s) on {', '.join(channels)}",
-                )
-            )
     return out
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 CATEGORIES = ("fact", "decision", "preference", "insight", "identity", "event", "goal", "observation")
 
@@ -58,11 +59,6 @@ FACT_COLUMNS = (
     "id, text, category, importance, tier, status, sources, channels, origin, stated_at, created_at, "
     "updated_at, last_accessed_at, hit_count, decay"
 )
-
-
-def _dicts(cur) -> list[dict]:
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def audit(con, fact_id: int, action: str, **detail) -> None:
@@ -180,12 +176,12 @@ def edit(con, fact_id: int, text: str) -> int | None:
 
 
 def get(con, fact_id: int) -> dict | None:
-    rows = _dicts(con.execute(f"SELECT {FACT_COLUMNS} FROM facts WHERE id = ?", [fact_id]))
+    rows = dict_rows(con.execute(f"SELECT {FACT_COLUMNS} FROM facts WHERE id = ?", [fact_id]))
     return rows[0] if rows else None
 
 
 def active(con, tier: str | None = None) -> list[dict]:
-    return _dicts(
+    return dict_rows(
         con.execute(
             f"SELECT {FACT_COLUMNS} FROM facts WHERE status = 'active' AND (? IS NULL OR tier = ?) "
             "ORDER BY id",
@@ -196,7 +192,7 @@ def active(con, tier: str | None = None) -> list[dict]:
 
 def hot_for_floor(con, limit: int) -> list[dict]:
     """Known facts for the system floor (seed 000): most-used first, then most recent."""
-    return _dicts(
+    return dict_rows(
         con.execute(
             "SELECT id, text, category FROM facts WHERE status = 'active' AND tier = 'hot' "
             "ORDER BY hit_count DESC, coalesce(last_accessed_at, created_at) DESC, id DESC LIMIT ?",
@@ -221,7 +217,7 @@ def set_tier(con, fact_ids: list[int], tier: str, reason: str) -> None:
 
 def unindexed(con) -> list[dict]:
     """Facts whose LanceDB row is missing or older than the DuckDB row."""
-    return _dicts(
+    return dict_rows(
         con.execute(
             f"SELECT {FACT_COLUMNS} FROM facts WHERE indexed_at IS NULL OR indexed_at < updated_at "
             "ORDER BY id"

@@ -21,6 +21,7 @@ from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.storage.bus import enqueue_rows
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 SENDER = "scheduler"
 CHANNEL = "cron"
@@ -136,18 +137,13 @@ _COLUMNS = (
 )
 
 
-def _rows(cur) -> list[dict]:
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
 def get(con, job_id: str) -> dict | None:
-    rows = _rows(con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", [job_id]))
+    rows = dict_rows(con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", [job_id]))
     return rows[0] if rows else None
 
 
 def active(con) -> list[dict]:
-    return _rows(
+    return dict_rows(
         con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' ORDER BY next_fire_at, id")
     )
 
@@ -218,7 +214,7 @@ def _firing_text(job: dict, due_local: datetime, late: bool, missed: int) -> str
 def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
     """Turn every due firing into a bus message and advance its job, in the caller's transaction."""
     grace = timedelta(seconds=settings.schedule_grace_s)
-    jobs = _rows(
+    jobs = dict_rows(
         con.execute(
             f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' AND next_fire_at <= ? "
             "ORDER BY next_fire_at, id",

@@ -15,6 +15,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.storage import bus, lease, utcnow
 from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage.rows import dict_rows
 
 CHECKED_CURSOR = "supervision_checked_at"
 
@@ -97,16 +98,11 @@ def supervise(
     return findings
 
 
-def _dicts(cur) -> list[dict]:
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
 def status(con, recent: int = 10) -> dict:
     """The `supervision` section of `cortex status --json`."""
     checked = con.execute("SELECT updated_at FROM cursors WHERE name = ?", [CHECKED_CURSOR]).fetchone()
     totals = dict(con.execute("SELECT kind, count(*) FROM supervision_findings GROUP BY kind").fetchall())
-    rows = _dicts(
+    rows = dict_rows(
         con.execute(
             "SELECT found_at, kind, subject, action, detail FROM supervision_findings "
             "ORDER BY id DESC LIMIT ?",
@@ -125,13 +121,13 @@ def system_overview(con) -> dict:
     counts = dict(con.execute("SELECT state, count(*) FROM bus GROUP BY state").fetchall())
     return {
         "bus": {state: int(counts.get(state, 0)) for state in bus.BUS_STATES},
-        "failed_messages": _dicts(
+        "failed_messages": dict_rows(
             con.execute(
                 "SELECT id, channel, left(text, 120) AS text, error, attempts FROM bus "
                 "WHERE state = 'failed' ORDER BY id DESC LIMIT 5"
             )
         ),
-        "pending_ops": _dicts(
+        "pending_ops": dict_rows(
             con.execute(
                 "SELECT id, description, dispatched_at, deadline_at, expected_channel FROM pending_ops "
                 "WHERE status = 'pending' ORDER BY dispatched_at"

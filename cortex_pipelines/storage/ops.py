@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 
 from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 ORPHANED = "orphaned from prior session (startup cleanup)"
 
@@ -30,8 +31,7 @@ def visible(con) -> list[dict]:
         "WHERE status = 'pending' OR (status IN ('completed', 'failed') AND acknowledged_at IS NULL) "
         "ORDER BY dispatched_at"
     )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    return dict_rows(cur)
 
 
 def acknowledge(con, op_ids: list[str]) -> None:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,8 @@ def last_user_texts(con) -> dict[str, str]:
     return dict(rows)
 
 
-def _dicts(cur) -> list[dict]:
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
 def channel_states(con) -> list[dict]:
-    return _dicts(
+    return dict_rows(
         con.execute(
             "SELECT channel, last_message_at, unread_count, summary, layer FROM channel_states "
             "ORDER BY last_message_at DESC NULLS LAST"
@@ -139,7 +135,7 @@ def channel_states(con) -> list[dict]:
 
 
 def pins(con) -> list[dict]:
-    return _dicts(con.execute("SELECT id, label, text, created_at FROM pins ORDER BY id"))
+    return dict_rows(con.execute("SELECT id, label, text, created_at FROM pins ORDER BY id"))
 
 
 PIN_LIMIT = 10
