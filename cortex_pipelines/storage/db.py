@@ -61,9 +61,10 @@ _migrate_lock = threading.Lock()
 
 # A burst keeps the file between back-to-back transactions (a drain with a local model runs 4-5 per
 # message within milliseconds), but lets it go after BURST_IDLE_S without a transaction (an LLM
-# call, a sleep) and after BURST_MAX_HOLD_S in all, then waits BURST_YIELD_S so that a sensor or a
-# CLI command polling for the lock gets its turn.
-BURST_MAX_HOLD_S = 0.25
+# call, a sleep), after BURST_MAX_HOLD_S in all, and after the transaction in which another process
+# signalled that it found the file locked (it touches `<file>.waiting`); in the last two cases it
+# waits BURST_YIELD_S before taking the file again, so the sensor or a CLI command gets its turn.
+BURST_MAX_HOLD_S = 0.5
 BURST_IDLE_S = 0.02
 BURST_YIELD_S = 0.03
 
@@ -72,7 +73,8 @@ BURST_YIELD_S = 0.03
 class _Attachment:
     users: int = 0  # transactions running, plus one while a burst keeps the file
     bursts: int = 0  # bursts open on this file in this process
-    kept_since: float | None = None
+    kept_since: float | None = None  # monotonic
+    kept_wall: float = 0.0  # the same instant on the wall clock, to compare with file times
     last_used: float = 0.0
     resume_at: float = 0.0
 
@@ -93,11 +95,11 @@ class _Host:
         if att.users == 0:
             self.con.execute(f"DETACH {alias}")
 
-    def unkeep(self, alias: str, att: _Attachment, now: float) -> None:
-        """A burst stops keeping the file; after a full hold it waits BURST_YIELD_S to take it again."""
+    def unkeep(self, alias: str, att: _Attachment, now: float, *, yield_turn: bool) -> None:
+        """A burst stops keeping the file (under self.lock)."""
         if att.kept_since is None:
             return
-        if now - att.kept_since >= BURST_MAX_HOLD_S:
+        if yield_turn:
             att.resume_at = now + BURST_YIELD_S
         att.kept_since = None
         self.drop(alias, att)
@@ -132,6 +134,7 @@ class Database:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._waiting = self.path.with_name(self.path.name + ".waiting")
         self._alias = "cortex_" + hashlib.sha1(str(self.path.absolute()).encode()).hexdigest()[:16]
 
     def _attachment(self, host: _Host) -> _Attachment:
@@ -150,9 +153,14 @@ class Database:
             if att.users == 0:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 quoted = str(self.path.absolute()).replace("'", "''")
-                host.con.execute(f"ATTACH '{quoted}' AS {self._alias}")
+                try:
+                    host.con.execute(f"ATTACH '{quoted}' AS {self._alias}")
+                except duckdb.IOException as exc:
+                    if _is_contention(exc):
+                        self._signal_waiting()
+                    raise
                 if att.bursts:
-                    att.kept_since = time.monotonic()
+                    att.kept_since, att.kept_wall = time.monotonic(), time.time()
                     att.users += 1
             att.users += 1
         return host
@@ -162,8 +170,22 @@ class Database:
             att, now = self._attachment(host), time.monotonic()
             att.last_used = now
             host.drop(self._alias, att)
-            if att.kept_since is not None and now - att.kept_since >= BURST_MAX_HOLD_S:
-                host.unkeep(self._alias, att, now)
+            if att.kept_since is not None and (
+                now - att.kept_since >= BURST_MAX_HOLD_S or self._waited_since(att.kept_wall)
+            ):
+                host.unkeep(self._alias, att, now, yield_turn=True)
+
+    def _signal_waiting(self) -> None:
+        """Tell a process that keeps the file in a burst that someone waits for it."""
+        with suppress(OSError):
+            os.close(os.open(self._waiting, os.O_WRONLY | os.O_CREAT, 0o600))
+            os.utime(self._waiting)
+
+    def _waited_since(self, wall: float) -> bool:
+        try:
+            return os.stat(self._waiting).st_mtime >= wall
+        except OSError:
+            return False
 
     @contextmanager
     def burst(self) -> Iterator[None]:
@@ -184,20 +206,15 @@ class Database:
                 att = self._attachment(host)
                 att.bursts -= 1
                 if not att.bursts:
-                    host.unkeep(self._alias, att, time.monotonic())
+                    host.unkeep(self._alias, att, time.monotonic(), yield_turn=False)
 
     def _watch(self, host: _Host, done: threading.Event) -> None:
         """Let the file go while the burst's holder does something else (no transaction running)."""
         while not done.wait(BURST_IDLE_S / 2):
             with host.lock:
                 att, now = self._attachment(host), time.monotonic()
-                idle = now - att.last_used >= BURST_IDLE_S
-                if (
-                    att.kept_since is not None
-                    and att.users == 1
-                    and (idle or now - att.kept_since >= BURST_MAX_HOLD_S)
-                ):
-                    host.unkeep(self._alias, att, now)
+                if att.kept_since is not None and att.users == 1 and now - att.last_used >= BURST_IDLE_S:
+                    host.unkeep(self._alias, att, now, yield_turn=False)
 
     @contextmanager
     def _transaction_once(self) -> Iterator[duckdb.DuckDBPyConnection]:
