@@ -16,7 +16,8 @@ _CRON_DOW = {day: str((n + 1) % 7) for n, day in enumerate(_DAYS)}  # cron: 0 = 
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10, "fifteen": 15}
 _UNITS = {"minute": "minutes", "min": "minutes", "hour": "hours", "day": "days", "week": "weeks"}
 
-_TIME = r"(?:at\s+)?(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?"
+_CLOCK = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?"
+_TIME = r"(?:at\s+)?" + _CLOCK
 _EVERY = re.compile(
     r"\bevery\s+(?P<what>day|weekday|morning|evening|hour|" + "|".join(_DAYS) + r")s?\b"
     r"(?:\s+" + _TIME + r")?",
@@ -25,7 +26,7 @@ _EVERY = re.compile(
 _IN = re.compile(
     r"\bin\s+(?P<n>\d+|" + "|".join(_NUMBERS) + r")\s+(?P<unit>minute|min|hour|day|week)s?\b", re.I
 )
-_AT = re.compile(r"\b(?P<day>today|tomorrow|tonight)?\s*\bat\s+" + _TIME[len("(?:at\\s+)?") :], re.I)
+_AT = re.compile(r"\b(?P<day>today|tomorrow|tonight)?\s*\bat\s+" + _CLOCK, re.I)
 _DAY_ONLY = re.compile(r"\b(?P<day>tomorrow)\s+(?P<part>morning|evening)?", re.I)
 # An explicit request only: "I go to the gym every day" is a fact, not a schedule.
 _TRIGGER = re.compile(r"\b(remind|reminder|schedule)\b|^\s*every\s", re.I)
