@@ -1,6 +1,6 @@
 """Performance suite: medians of repeated runs, each beside a baseline measured in the same process.
 
-    python -m bench.perf --json bench/results/perf.json [--quick]
+    python -m bench.perf --json bench/results/perf.json [--quick] [--only run ...]
 
 ingest   sensor ingest of a 50,000-message JSONL file and of 1,000 one-message files, against a bare
          DuckDB INSERT of the same rows
@@ -274,22 +274,39 @@ def bench_run(tmp: Path, messages: int, progress) -> dict:
     return {"messages": messages, "wall_s": round(wall, 1), "per_message_s": round(wall / messages, 3)}
 
 
+PARTS = ("ingest", "recall", "context", "embed", "run")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=Path("bench/results/perf.json"))
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller sizes")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=PARTS,
+        default=PARTS,
+        help="run only these parts (the others keep their figures in --json)",
+    )
     args = parser.parse_args(argv)
     console = Console()
     reps = 2 if args.quick else 3
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     with tempfile.TemporaryDirectory(prefix="cortex-perf-") as tmp, Progress(console=console) as progress:
         root = Path(tmp)
-        results["ingest_msgs_per_s"] = bench_ingest(root, reps, progress)
-        sizes = [10_000] if args.quick else [10_000, 100_000]
-        results["recall_ms"] = bench_recall(root, sizes, 30 if args.quick else 100, progress)
-        results["context_ms"] = bench_context(root, 10 if args.quick else 30, progress)
-        results["embed_ratio"] = bench_embed(1000 if args.quick else 5000, reps, progress)
-        results["run_overhead_s"] = bench_run(root, 50 if args.quick else 200, progress)
+        if "ingest" in args.only:
+            results["ingest_msgs_per_s"] = bench_ingest(root, reps, progress)
+        if "recall" in args.only:
+            sizes = [10_000] if args.quick else [10_000, 100_000]
+            results["recall_ms"] = bench_recall(root, sizes, 30 if args.quick else 100, progress)
+        if "context" in args.only:
+            results["context_ms"] = bench_context(root, 10 if args.quick else 30, progress)
+        if "embed" in args.only:
+            results["embed_ratio"] = bench_embed(1000 if args.quick else 5000, reps, progress)
+        if "run" in args.only:
+            results["run_overhead_s"] = bench_run(root, 50 if args.quick else 200, progress)
+    if set(args.only) != set(PARTS) and args.json.exists():  # a partial run refreshes only its parts
+        results = {**json.loads(args.json.read_text()), **results}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     table = Table(title="Cortex performance (medians)")
@@ -297,37 +314,37 @@ def main(argv: list[str] | None = None) -> dict:
     table.add_column("cortex", justify="right")
     table.add_column("baseline", justify="right")
     table.add_column("ratio", justify="right")
-    ing = results["ingest_msgs_per_s"]
-    table.add_row(
-        "JSONL ingest, msgs/s",
-        f"{ing['jsonl_50k_msgs_per_s']:,}",
-        f"{ing['bare_insert_msgs_per_s']:,} (bare INSERT)",
-        f"{ing['ratio_jsonl_vs_bare']}",
-    )
-    table.add_row("1,000 files ingest, msgs/s", f"{ing['files_1k_msgs_per_s']:,}", "", "")
-    for size, r in results["recall_ms"].items():
+    if ing := results.get("ingest_msgs_per_s"):
+        table.add_row(
+            "JSONL ingest, msgs/s",
+            f"{ing['jsonl_50k_msgs_per_s']:,}",
+            f"{ing['bare_insert_msgs_per_s']:,} (bare INSERT)",
+            f"{ing['ratio_jsonl_vs_bare']}",
+        )
+        table.add_row("1,000 files ingest, msgs/s", f"{ing['files_1k_msgs_per_s']:,}", "", "")
+    for size, r in results.get("recall_ms", {}).items():
         table.add_row(
             f"recall p50/p95 ms @ {int(size):,}",
             f"{r['p50']} / {r['p95']}",
             f"{r['numpy_p50']} / {r['numpy_p95']} (numpy)",
             f"{r['ratio_p50']}",
         )
-    ctx = results["context_ms"]
-    table.add_row(
-        "context assembly p50/p95 ms",
-        f"{ctx['p50']} / {ctx['p95']}",
-        f"{ctx['with_connection_open_p50']} / {ctx['with_connection_open_p95']} incl. open",
-        "",
-    )
-    emb = results["embed_ratio"]
-    table.add_row(
-        f"embedding sentences/s ({emb['device']})",
-        f"{emb['ours_sentences_per_s']}",
-        f"{emb['raw_sentences_per_s']} (raw)",
-        f"{emb['ratio']}",
-    )
-    run = results["run_overhead_s"]
-    table.add_row("cortex run, s per message", f"{run['per_message_s']}", f"{run['wall_s']} s total", "")
+    if ctx := results.get("context_ms"):
+        table.add_row(
+            "context assembly p50/p95 ms",
+            f"{ctx['p50']} / {ctx['p95']}",
+            f"{ctx['with_connection_open_p50']} / {ctx['with_connection_open_p95']} incl. open",
+            "",
+        )
+    if emb := results.get("embed_ratio"):
+        table.add_row(
+            f"embedding sentences/s ({emb['device']})",
+            f"{emb['ours_sentences_per_s']}",
+            f"{emb['raw_sentences_per_s']} (raw)",
+            f"{emb['ratio']}",
+        )
+    if run := results.get("run_overhead_s"):
+        table.add_row("cortex run, s per message", f"{run['per_message_s']}", f"{run['wall_s']} s total", "")
     console.print(table)
     return results
 
