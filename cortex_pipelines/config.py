@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -224,6 +225,10 @@ def load_settings(home: str | os.PathLike[str] | None = None, **overrides: objec
         settings = Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
+    except tomllib.TOMLDecodeError as exc:  # a ValueError too: must come before the JSON branch
+        raise ConfigError(f"config.toml is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("config.toml is not valid UTF-8") from None
     except (json.JSONDecodeError, ValueError) as exc:
         # pydantic-settings raises SettingsError (a ValueError) for unparsable JSON env values.
         field = re.search(r'field "(\w+)"', str(exc))
