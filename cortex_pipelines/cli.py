@@ -19,7 +19,7 @@ from rich.console import Console
 from cortex_pipelines import clock
 from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Settings, load_settings
-from cortex_pipelines.files import write_atomic
+from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path
 from cortex_pipelines.instance import dagster_env, init_home, status
@@ -63,6 +63,7 @@ def main(
     ] = None,
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
+    private_umask()
     if now is not None:
         try:
             os.environ["CORTEX_NOW"] = clock.as_offset(now)

@@ -7,6 +7,12 @@ import tempfile
 from pathlib import Path
 
 
+def private_umask() -> None:
+    """Files that DuckDB, LanceDB and Dagster create follow the umask, not our modes: mask group
+    and others out in every Cortex process (the CLI and the Dagster code location set it)."""
+    os.umask(os.umask(0o077) | 0o077)
+
+
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Files are user-only (0600, from mkstemp): conversations and memory are private."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
