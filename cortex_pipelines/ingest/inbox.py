@@ -120,11 +120,15 @@ def _unique_destination(folder: Path, name: str) -> Path:
 
 def _reject(path: Path, reason: str, settings: Settings, channel_folder: str) -> None:
     dest = _unique_destination(settings.paths.rejected / channel_folder, path.name)
+    note = dest.with_name(dest.name + ".error")
+    # The note first: a crash before the move leaves the file in the inbox to be rejected again,
+    # never a rejected file without its reason.
+    write_atomic(note, reason.replace("\n", " ") + "\n")
     try:
         os.rename(path, dest)  # renames a symlink itself, never its target
-    except FileNotFoundError:
-        return  # another ingester got there first
-    write_atomic(dest.with_name(dest.name + ".error"), reason.replace("\n", " ") + "\n")
+    except FileNotFoundError:  # another ingester got there first
+        if not dest.exists() and not dest.is_symlink():
+            note.unlink(missing_ok=True)
 
 
 def _archive(path: Path, settings: Settings, channel: str) -> None:
