@@ -1,9 +1,12 @@
-"""A processing process that SIGKILLs itself at a chosen point (helper for test_crash_durability).
+"""A Cortex process that SIGKILLs itself at a chosen point (helper for the crash tests).
 
     python tests/crash_worker.py HOME KILL_POINT N [CALL]
 
-HOME is a CORTEX_HOME. The worker drains the bus with the offline LLM and kills itself with
-SIGKILL (no cleanup, no finally blocks, no atexit) on the N-th message it processes:
+HOME is a CORTEX_HOME. The worker kills itself with SIGKILL (no cleanup, no finally blocks, no
+atexit). Tests start it with run_worker().
+
+Brain points (test_crash_durability): the worker drains the bus with the offline LLM and dies on
+the N-th message it processes:
 
   before_llm                 inside client.complete, before the offline client is asked
   after_llm                  after the offline client answered, before complete() returns
@@ -16,16 +19,41 @@ SIGKILL (no cleanup, no finally blocks, no atexit) on the N-th message it proces
 For before_llm/after_llm, CALL (default 1) picks which LLM call of that message: a message that
 used a tool makes two, so "before_llm N 2" dies after the tool ran and before the second call.
 
-Exit status: killed by SIGKILL (-9 to the parent) when the point was reached; 3 when the drain
+Ingest points (reliability/test_crash_ingest): one inbox pass (ingest_inbox) that dies
+
+  ingest_before_insert       after every file was read and validated, before the bus insert
+  ingest_mid_insert          after the bus insert, inside its open transaction
+  ingest_after_commit        after the insert committed, once N good files were archived (N=0:
+                             before the first move)
+  ingest_mid_reject          between moving the N-th bad file to .rejected and writing its
+                             .error note
+
+LanceDB points (reliability/test_crash_lancedb): index_episodes (episodic_*) or sync_facts
+(semantic_*), with HashEmbedder, dying
+
+  episodic_before_upsert     as the N-th batch's LanceDB write starts
+  episodic_after_upsert      after the N-th batch's LanceDB write committed, before its cursor
+  semantic_after_upsert      after the facts' LanceDB write committed, before mark_indexed
+  episodic_timer, semantic_timer
+                             N milliseconds after the first LanceDB write started, wherever the
+                             process is then (a write, the index build, DuckDB, or done and waiting)
+
+Exit status: killed by SIGKILL (-9 to the parent) when the point was reached; 3 when the work
 finished without reaching it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+import numpy as np
 
 KILL_POINTS = (
     "before_llm",
@@ -40,12 +68,67 @@ KILL_POINTS = (
 MID_MESSAGE = frozenset({"before_llm", "after_llm", "before_commit", "mid_commit"})
 # Points that stop a drain of N messages during its final outbox export.
 EXPORT_POINTS = frozenset({"between_outbox_and_export", "mid_export"})
+INGEST_POINTS = ("ingest_before_insert", "ingest_mid_insert", "ingest_after_commit", "ingest_mid_reject")
+LANCEDB_POINTS = (
+    "episodic_before_upsert",
+    "episodic_after_upsert",
+    "semantic_after_upsert",
+    "episodic_timer",
+    "semantic_timer",
+)
+WORKER = Path(__file__).resolve()
+REPO = WORKER.parent.parent
 
 
 def die(reason: str) -> None:
     sys.stderr.write(f"crash_worker: SIGKILL {reason}\n")
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def mark(event: str) -> None:
+    """A progress line, so a test can tell where a timer kill landed."""
+    sys.stderr.write(f"crash_worker: {event}\n")
+    sys.stderr.flush()
+
+
+def run_worker(
+    home: Path, point: str, n: int, call: int = 1, extra_env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run the worker as a real process and check that it died by SIGKILL at `point`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORTEX_")}
+    env["CORTEX_HOME"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(home), point, str(n), str(call)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGKILL, (
+        f"worker {point} n={n} call={call} exited {proc.returncode}, not by SIGKILL\n"
+        f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+    )
+    assert f"SIGKILL {point}" in proc.stderr, proc.stderr
+    return proc
+
+
+class HashEmbedder:
+    """Unit vectors drawn from a hash of the text: the LanceDB crash tests need writes, not meaning,
+    and loading the real model would cost every killed process seconds."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        from cortex_pipelines.memory.embedder import DIMENSIONS
+
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            vector = np.random.default_rng(seed).standard_normal(DIMENSIONS)
+            out[i] = vector / np.linalg.norm(vector)
+        return out
 
 
 class CountingClient:
@@ -128,12 +211,101 @@ def install(kill_point: str, n: int, state: dict) -> None:
         outbox_store.write_atomic = write_atomic
 
 
+def ingest_pass(home: str, kill_point: str, n: int) -> None:
+    """One inbox pass with the kill point patched into it."""
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.ingest import inbox
+    from cortex_pipelines.storage import Database
+
+    enqueue_rows, archive, write_note = inbox.enqueue_rows, inbox._archive, inbox.write_atomic
+    moved = {"archived": 0, "rejected": 0}
+
+    def enqueue(con, rows, source):
+        if kill_point == "ingest_before_insert":
+            die(f"ingest_before_insert: {len(rows)} row(s) validated, none inserted")
+        result = enqueue_rows(con, rows, source)
+        if kill_point == "ingest_mid_insert":
+            die(f"ingest_mid_insert: {len(result.inserted)} row(s) inserted, transaction open")
+        return result
+
+    def archive_file(path, settings, channel):
+        if kill_point == "ingest_after_commit" and moved["archived"] == n:
+            die(f"ingest_after_commit: rows committed, {n} file(s) archived")
+        archive(path, settings, channel)
+        moved["archived"] += 1
+
+    def note(path, content):
+        moved["rejected"] += 1
+        if kill_point != "ingest_mid_reject" or moved["rejected"] != n:
+            return write_note(path, content)
+        # Die between the two steps of a rejection, in whichever order _reject takes them.
+        if not path.with_name(path.name.removesuffix(".error")).exists():
+            write_note(path, content)
+        die(f"ingest_mid_reject: bad file {n} half rejected (moved xor noted)")
+
+    inbox.enqueue_rows, inbox._archive, inbox.write_atomic = enqueue, archive_file, note
+    settings = load_settings(home)
+    report = inbox.ingest_inbox(settings, Database(settings.paths.db))
+    mark(f"{kill_point} not reached; accepted={report.accepted} files={len(report.files)}")
+
+
+def lancedb_pass(home: str, kill_point: str, n: int) -> None:
+    """index_episodes or sync_facts, with the kill point patched into VectorStore.upsert."""
+    import lancedb  # noqa: F401 - imported up front, so a timer measures LanceDB's work, not its import
+
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.memory import pipeline
+    from cortex_pipelines.memory.vectors import VectorStore
+    from cortex_pipelines.storage import Database
+
+    upsert, ensure_indexes = VectorStore.upsert, VectorStore.ensure_indexes
+    calls = {"upsert": 0}
+    timer = kill_point.endswith("_timer")
+
+    def patched_upsert(self, name, rows):
+        calls["upsert"] += 1
+        k = calls["upsert"]
+        if timer and k == 1:
+            threading.Timer(n / 1000, die, [f"{kill_point} {n} ms after the first LanceDB write"]).start()
+        if kill_point == "episodic_before_upsert" and k == n:
+            die(f"episodic_before_upsert: batch {n} ({len(rows)} rows) not written")
+        mark(f"upsert {k} of {len(rows)} rows into {name} begins")
+        upsert(self, name, rows)
+        mark(f"upsert {k} committed")
+        if kill_point.endswith("_after_upsert") and k == n:
+            die(f"{kill_point}: upsert {n} ({len(rows)} rows) committed, DuckDB not told")
+
+    def patched_ensure_indexes(self, name, vector_min_rows):
+        mark(f"index build on {name} begins")
+        built = ensure_indexes(self, name, vector_min_rows)
+        mark(f"index build committed: {built}")
+        return built
+
+    VectorStore.upsert, VectorStore.ensure_indexes = patched_upsert, patched_ensure_indexes
+    settings = load_settings(home)
+    db, store = Database(settings.paths.db), VectorStore(settings.paths.lance)
+    if kill_point.startswith("episodic"):
+        done = pipeline.index_episodes(db, store, HashEmbedder(), settings)
+    else:
+        done = pipeline.sync_facts(db, store, HashEmbedder(), settings)
+    mark(f"work done ({done} rows)")
+    if timer:
+        time.sleep(60)  # the timer kills the process after the work: a valid, if quiet, point
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (3, 4) or args[1] not in KILL_POINTS:
-        sys.exit(f"usage: crash_worker.py HOME {{{'|'.join(KILL_POINTS)}}} N [CALL]")
+    points = (*KILL_POINTS, *INGEST_POINTS, *LANCEDB_POINTS)
+    if len(args) not in (3, 4) or args[1] not in points:
+        sys.exit(f"usage: crash_worker.py HOME {{{'|'.join(points)}}} N [CALL]")
     home, kill_point, n = args[0], args[1], int(args[2])
     call = int(args[3]) if len(args) == 4 else 1
+    if kill_point in INGEST_POINTS:
+        ingest_pass(home, kill_point, n)
+        sys.exit(3)
+    if kill_point in LANCEDB_POINTS:
+        lancedb_pass(home, kill_point, n)
+        sys.exit(3)
 
     from cortex_pipelines.brain.loop import Brain
     from cortex_pipelines.config import load_settings

@@ -17,9 +17,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,12 +30,10 @@ from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.storage import Database, bus
-from tests.crash_worker import EXPORT_POINTS, KILL_POINTS, MID_MESSAGE
+from tests.crash_worker import EXPORT_POINTS, KILL_POINTS, MID_MESSAGE, run_worker
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
-WORKER = REPO / "tests" / "crash_worker.py"
 _T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 
 
@@ -85,31 +80,6 @@ _CITE = re.compile(r"\bmsg (\d+(?:, \d+)*)")
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def _worker_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORTEX_")}
-    env["CORTEX_HOME"] = str(home)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
-
-
-def run_worker(home: Path, point: str, n: int, call: int = 1, extra_env: dict | None = None):
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), str(home), point, str(n), str(call)],
-        env=_worker_env(home, extra_env),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == -signal.SIGKILL, (
-        f"worker {point} n={n} call={call} exited {proc.returncode}, not by SIGKILL\n"
-        f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
-    )
-    assert f"SIGKILL {point}" in proc.stderr, proc.stderr
-    return proc
 
 
 def seed_home(root: Path, messages: list[dict]) -> tuple[Path, Database]:
