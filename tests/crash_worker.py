@@ -28,14 +28,16 @@ Ingest points (reliability/test_crash_ingest): one inbox pass (ingest_inbox) tha
   ingest_mid_reject          between moving the N-th bad file to .rejected and writing its
                              .error note
 
-LanceDB points (reliability/test_crash_lancedb): index_episodes (episodic_*) or sync_facts
-(semantic_*), with HashEmbedder, dying
+LanceDB points (reliability/test_crash_lancedb): index_episodes (episodic_*), sync_facts
+(semantic_*) or extract_new_facts (extraction_*, offline), with HashEmbedder, dying
 
   episodic_before_upsert     as the N-th batch's LanceDB write starts
   episodic_after_upsert      after the N-th batch's LanceDB write committed, before its cursor
   semantic_after_upsert      after the facts' LanceDB write committed, before mark_indexed
+  extraction_after_upsert    after the N-th semantic write committed (2: the new facts), before
+                             mark_indexed and the extraction cursor
   episodic_timer, semantic_timer
-                             N milliseconds after the first LanceDB write started, wherever the
+                             N milliseconds after the CALL-th LanceDB write started, wherever the
                              process is then (a write, the index build, DuckDB, or done and waiting)
 
 Exit status: killed by SIGKILL (-9 to the parent) when the point was reached; 3 when the work
@@ -73,6 +75,7 @@ LANCEDB_POINTS = (
     "episodic_before_upsert",
     "episodic_after_upsert",
     "semantic_after_upsert",
+    "extraction_after_upsert",
     "episodic_timer",
     "semantic_timer",
 )
@@ -86,9 +89,12 @@ def die(reason: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+_STARTED = time.monotonic()
+
+
 def mark(event: str) -> None:
-    """A progress line, so a test can tell where a timer kill landed."""
-    sys.stderr.write(f"crash_worker: {event}\n")
+    """A progress line with the time since start, so a test can tell where a timer kill landed."""
+    sys.stderr.write(f"crash_worker: {(time.monotonic() - _STARTED) * 1000:.0f} ms {event}\n")
     sys.stderr.flush()
 
 
@@ -249,8 +255,9 @@ def ingest_pass(home: str, kill_point: str, n: int) -> None:
     mark(f"{kill_point} not reached; accepted={report.accepted} files={len(report.files)}")
 
 
-def lancedb_pass(home: str, kill_point: str, n: int) -> None:
-    """index_episodes or sync_facts, with the kill point patched into VectorStore.upsert."""
+def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
+    """index_episodes, sync_facts or extract_new_facts, with the kill point patched into
+    VectorStore.upsert."""
     import lancedb  # noqa: F401 - imported up front, so a timer measures LanceDB's work, not its import
 
     from cortex_pipelines.config import load_settings
@@ -265,8 +272,9 @@ def lancedb_pass(home: str, kill_point: str, n: int) -> None:
     def patched_upsert(self, name, rows):
         calls["upsert"] += 1
         k = calls["upsert"]
-        if timer and k == 1:
-            threading.Timer(n / 1000, die, [f"{kill_point} {n} ms after the first LanceDB write"]).start()
+        if timer and k == call:
+            mark("timer armed")
+            threading.Timer(n / 1000, die, [f"{kill_point} {n} ms after LanceDB write {k} began"]).start()
         if kill_point == "episodic_before_upsert" and k == n:
             die(f"episodic_before_upsert: batch {n} ({len(rows)} rows) not written")
         mark(f"upsert {k} of {len(rows)} rows into {name} begins")
@@ -286,6 +294,8 @@ def lancedb_pass(home: str, kill_point: str, n: int) -> None:
     db, store = Database(settings.paths.db), VectorStore(settings.paths.lance)
     if kill_point.startswith("episodic"):
         done = pipeline.index_episodes(db, store, HashEmbedder(), settings)
+    elif kill_point.startswith("extraction"):
+        done = len(pipeline.extract_new_facts(db, store, HashEmbedder(), settings, None).new)
     else:
         done = pipeline.sync_facts(db, store, HashEmbedder(), settings)
     mark(f"work done ({done} rows)")
@@ -304,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         ingest_pass(home, kill_point, n)
         sys.exit(3)
     if kill_point in LANCEDB_POINTS:
-        lancedb_pass(home, kill_point, n)
+        lancedb_pass(home, kill_point, n, call)
         sys.exit(3)
 
     from cortex_pipelines.brain.loop import Brain
