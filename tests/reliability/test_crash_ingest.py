@@ -113,6 +113,7 @@ def test_sigkilled_inbox_pass_loses_nothing_and_doubles_nothing(point, n, tmp_pa
     ids = [(channel, ext) for channel, ext, _ in rows]
     assert len(ids) == len(set(ids)) == len(MESSAGES), rows  # each message in the bus exactly once
     assert {(c, e if not e.startswith("sha256:") else None, t) for c, e, t in rows} == MESSAGES
+    assert db.query("SELECT DISTINCT state FROM bus") == [("pending",)]  # all waiting to be answered
 
     leftover = [f for f in files_under(inbox) if not f.startswith((".ingested/", ".rejected/"))]
     assert leftover == [], leftover  # nothing stranded in the inbox

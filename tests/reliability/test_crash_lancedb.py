@@ -4,8 +4,9 @@ tests/crash_worker.py runs, as a real process, what the memory assets run: index
 `episodic_memory` asset: 1,100 new session messages in batches of 512 after 400 indexed),
 sync_facts (150 new facts, 30 corrections and the 30 facts they supersede, 10 forgotten, beside 300
 indexed ones) or extract_new_facts (the `extracted_facts` asset: 44 preferences in the new turns),
-and kills it before or after a LanceDB commit, or on a timer somewhere in the writes (also on a
-fresh LanceDB folder, where the first write creates the table and the last builds its index).
+and kills it before or after a LanceDB commit, or on a timer somewhere in the writes (half the
+time on a fresh LanceDB folder, where the first write creates the table and the last builds its
+full-text index).
 Then LanceDB must open and scan cleanly, and the real Dagster `materialize` of both assets must
 leave exactly one episodic row per session message and one semantic row per fact, with DuckDB's
 text and status, no fact twice, and both cursors at the end. The timer cases are drawn at random;
@@ -45,11 +46,14 @@ _WORDS = "flight boathouse library window sister taxi coworking river dentist li
 
 SEED = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32))
 _rng = random.Random(SEED)
-# Timer kills: on the existing tables, armed as a random batch's write starts and firing within
-# about one write; on a fresh LanceDB folder, armed at the first write (which creates the table)
-# and firing anywhere up to the full-text index build.
-_EPISODIC_BATCH, _EPISODIC_MS, _SEMANTIC_MS = _rng.randint(1, 3), _rng.randint(0, 80), _rng.randint(0, 40)
-_FRESH_EPISODIC_MS, _FRESH_SEMANTIC_MS = _rng.randint(0, 400), _rng.randint(0, 120)
+# Timer kills, on the existing tables or (drawn at random) on a fresh LanceDB folder. Existing:
+# armed as a random batch's write starts, firing within about one write. Fresh: armed at the first
+# write (which creates the table), firing anywhere up to the full-text index build.
+_FRESH = {name: _rng.random() < 0.5 for name in ("episodic", "semantic")}
+_EPISODIC_BATCH = 1 if _FRESH["episodic"] else _rng.randint(1, 3)
+_EPISODIC_MS = _rng.randint(0, 400 if _FRESH["episodic"] else 80)
+_SEMANTIC_MS = _rng.randint(0, 120 if _FRESH["semantic"] else 40)
+_TIMER_ID = {name: f"{'fresh-' if fresh else ''}{name}-timer-seed{SEED}" for name, fresh in _FRESH.items()}
 CASES = [
     pytest.param("episodic_before_upsert", 2, 1, False, id="episodic-between_batches_1_and_2"),
     pytest.param("episodic_after_upsert", 3, 1, False, id="episodic-last_batch_committed_cursor_not"),
@@ -59,23 +63,11 @@ CASES = [
         "episodic_timer",
         _EPISODIC_MS,
         _EPISODIC_BATCH,
-        False,
-        id=f"episodic-timer-seed{SEED}-batch{_EPISODIC_BATCH}+{_EPISODIC_MS}ms",
-    ),
-    pytest.param("semantic_timer", _SEMANTIC_MS, 1, False, id=f"semantic-timer-seed{SEED}-{_SEMANTIC_MS}ms"),
-    pytest.param(
-        "episodic_timer",
-        _FRESH_EPISODIC_MS,
-        1,
-        True,
-        id=f"fresh-episodic-timer-seed{SEED}-{_FRESH_EPISODIC_MS}ms",
+        _FRESH["episodic"],
+        id=f"{_TIMER_ID['episodic']}-batch{_EPISODIC_BATCH}+{_EPISODIC_MS}ms",
     ),
     pytest.param(
-        "semantic_timer",
-        _FRESH_SEMANTIC_MS,
-        1,
-        True,
-        id=f"fresh-semantic-timer-seed{SEED}-{_FRESH_SEMANTIC_MS}ms",
+        "semantic_timer", _SEMANTIC_MS, 1, _FRESH["semantic"], id=f"{_TIMER_ID['semantic']}-{_SEMANTIC_MS}ms"
     ),
 ]
 
