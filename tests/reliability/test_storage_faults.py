@@ -114,3 +114,33 @@ def test_database_from_the_first_schema_version_migrates_and_keeps_its_rows(tmp_
     assert bus.counts(db)["completed"] == 3
     status = json.loads(_cortex("status", "--json", home=home).stdout)
     assert status["bus"]["completed"] == 3
+
+
+def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
+    settings, db, tmp_path, monkeypatch
+):
+    from tests.test_publish import CONVERSATION, _files, _history, _materialize
+
+    _history(settings, db, tmp_path, CONVERSATION)
+    with DagsterInstance.ephemeral() as instance:
+        _materialize(settings, instance)
+        before = _files(settings)
+        db.run(lambda con: con.execute("UPDATE facts SET text = text || ' Really.'"))
+
+        def disk_full(fd):  # the data went to the page cache; flushing it to disk fails
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "fsync", disk_full)
+            degraded = _materialize(settings, instance)  # warnings, not a failed run
+        assert _files(settings) == before
+        assert not [p.name for p in settings.paths.out.iterdir() if p.name.endswith(".tmp")]
+        meta = degraded.asset_materializations_for_node("memory_bulletin")[0].metadata
+        assert "No space left on device" in meta["warning"].value
+
+        _materialize(settings, instance)  # space is back: the change is published, nothing lost
+    after = _files(settings)
+    assert (
+        after["memory_bulletin.md"] != before["memory_bulletin.md"]
+        and b"Really." in after["memory_bulletin.md"]
+    )
