@@ -291,3 +291,13 @@ def test_the_model_knows_the_users_time_to_schedule_by(tmp_path, monkeypatch):
     Brain(db, berlin, llm).drain()
     assert "Now: Monday 2026-03-30 09:00 (Europe/Berlin)." in llm.requests[0].system
     assert llm.requests[0].hints["now"].startswith("2026-03-30T09:00:00+02:00")
+
+
+def test_every_tool_name_is_one_the_messages_api_accepts():
+    import re
+
+    from cortex_pipelines.brain.tools import TOOLS
+
+    names = [t.name for t in TOOLS]
+    assert len(names) == len(set(names)) and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    assert {"schedule_create", "schedule_list", "schedule_delete"} <= set(names)
