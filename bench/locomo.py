@@ -177,7 +177,8 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
             db.query("SELECT s.id, b.external_id FROM session s JOIN bus b ON b.id = s.bus_id")
         )
         dia_order = [r["external_id"] for r in rows]
-        texts = [r["text"] for r in rows]
+        # The baselines see what cortex sees: each turn with its speaker (questions name people).
+        texts = [f"{r['sender']}: {r['text']}" for r in rows]
 
         stemmer = Stemmer.Stemmer("english")
         bm25 = BM25()
