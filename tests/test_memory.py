@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, materialize
 
@@ -21,9 +22,9 @@ from cortex_pipelines.memory.maintenance import (
     merge_and_consolidate,
 )
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
-from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.recall import named_times, recall
 from cortex_pipelines.memory.store import FactDraft
-from cortex_pipelines.memory.vectors import SEMANTIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, SCHEMAS, SEMANTIC, VectorStore
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.storage import utcnow
 from tests.support.messages_server import text
@@ -87,6 +88,37 @@ def test_a_telegram_preference_is_recalled_from_webchat_with_its_sources(
     assert top.sources == [ids[0]] and top.channel == "telegram"
     fact = db.run(store.get, top.fact_id)
     assert fact["hit_count"] == 1  # touching a hot fact counts a hit
+
+
+def test_a_query_naming_a_month_prefers_what_was_said_then(settings, db, vectors, embedder, tmp_path):
+    assert named_times("What did I say on 3 June, 2023 and in July 2022, or in May?") == [
+        (2023, 6, 3),
+        (2022, 7, None),
+        (None, 5, None),
+    ]
+    assert named_times("what may I cook") == []
+    march = _history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "We hiked the long coast trail with the dogs and a picnic."),
+        start="2026-03-10T09:00:00Z",
+    )
+    _history(settings, db, tmp_path, ("webchat", "We hiked the coast trail."), start="2026-08-10T09:00:00Z")
+    index_episodes(db, vectors, embedder, settings)
+    hits = recall(db, settings, "Where did we hike in March 2026?", k=2, touch=False)
+    assert hits[0].sources == march
+
+
+def test_an_episodic_table_without_the_neighbour_column_is_rebuilt(settings, db, vectors, embedder, tmp_path):
+    ids = _history(settings, db, tmp_path, ("webchat", "First."), ("webchat", "Second."))
+    old = pa.schema([f for f in SCHEMAS[EPISODIC] if f.name != "prev_id"])
+    vectors._db().create_table(EPISODIC, schema=old)
+    assert vectors.outdated(EPISODIC)
+    assert index_episodes(db, vectors, embedder, settings) == 2
+    assert not vectors.outdated(EPISODIC)
+    rows = vectors.table(EPISODIC).search().select(["id", "prev_id"]).to_arrow().to_pylist()
+    assert sorted((r["id"], r["prev_id"]) for r in rows) == [(ids[0], None), (ids[1], ids[0])]
 
 
 def test_the_same_fact_stated_three_ways_is_one_active_fact(settings, db, vectors, embedder, tmp_path):

@@ -39,12 +39,17 @@ class WriteReport:
     turns_read: int = 0
 
 
+def speaker_line(sender: str | None, text: str) -> str:
+    """A turn with who said it: what its vector embeds, to complement full text's wider view."""
+    return f"{sender or 'unknown'}: {text}"
+
+
 def episode_search_text(sender: str | None, text: str, prev_sender: str | None, prev_text: str | None) -> str:
-    """A turn as search sees it: who said it, and the turn it answers."""
-    own = f"{sender or 'unknown'}: {text}"
+    """A turn as full-text search sees it: who said it, and the turn it answers."""
+    own = speaker_line(sender, text)
     if prev_text is None:
         return own
-    return f"{prev_sender or 'unknown'}: {prev_text[:1000]}\n{own}"
+    return f"{speaker_line(prev_sender, prev_text[:1000])}\n{own}"
 
 
 def index_episodes(
@@ -57,13 +62,18 @@ def index_episodes(
 ) -> int:
     """Embed every session message not yet in the episodic table, in batches, resumably."""
     total = 0
+    if vectors.outdated(EPISODIC):
+        vectors.drop(EPISODIC)
+        db.run(store.set_cursor, EPISODIC_CURSOR, 0)
+        log("the episodic table predates its current columns: re-indexing every session message")
     while True:
         cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
         rows = db.query(
             """
-            SELECT id, role, channel, sender, content, ts, prev_sender, prev_content FROM (
+            SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
                 SELECT id, role, channel, sender, content, ts,
-                       lag(sender) OVER w AS prev_sender, lag(content) OVER w AS prev_content
+                       lag(sender) OVER w AS prev_sender, lag(content) OVER w AS prev_content,
+                       lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
                 FROM session WHERE content <> '[silence]'
                 WINDOW w AS (PARTITION BY channel ORDER BY id)
             ) WHERE id > ? ORDER BY id LIMIT ?
@@ -73,7 +83,7 @@ def index_episodes(
         if not rows:
             break
         search = [episode_search_text(r[3], r[4], r[6], r[7]) for r in rows]
-        vecs = embedder.encode(search)
+        vecs = embedder.encode([speaker_line(r[3], r[4]) for r in rows])
         vectors.upsert(
             EPISODIC,
             [
@@ -89,6 +99,7 @@ def index_episodes(
                     "sources": [r[0]],
                     "category": "message",
                     "importance": 1.0,
+                    "prev_id": r[8],
                 }
                 for i, r in enumerate(rows)
             ],

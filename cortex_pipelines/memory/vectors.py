@@ -26,8 +26,10 @@ SEMANTIC = "semantic"
 _COMMON = [
     pa.field("id", pa.int64()),
     pa.field("text", pa.string()),
-    # What search sees: for an episode, the turn with its speaker and the turn before it, so a
-    # question phrased like the earlier turn still finds the answer; for a fact, its text.
+    # What full-text search sees: for an episode, the turn with its speaker and the turn before it,
+    # so a question phrased like the earlier turn still finds the answer; for a fact, its text.
+    # An episode's vector embeds only the turn with its speaker: fused with the wider full text, that
+    # ranked better on LoCoMo than a vector of both turns.
     pa.field("search_text", pa.string()),
     pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
     pa.field("channel", pa.string()),
@@ -37,7 +39,15 @@ _COMMON = [
     pa.field("stated_at", pa.timestamp("us")),
 ]
 SCHEMAS = {
-    EPISODIC: pa.schema([*_COMMON, pa.field("role", pa.string()), pa.field("sender", pa.string())]),
+    EPISODIC: pa.schema(
+        [
+            *_COMMON,
+            pa.field("role", pa.string()),
+            pa.field("sender", pa.string()),
+            # The same channel's previous user turn, so recall can lift a turn next to a strong hit.
+            pa.field("prev_id", pa.int64()),
+        ]
+    ),
     SEMANTIC: pa.schema([*_COMMON, pa.field("tier", pa.string()), pa.field("status", pa.string())]),
 }
 
@@ -84,6 +94,12 @@ class VectorStore:
 
     def exists(self, name: str) -> bool:
         return name in self._tables or name in self._db().list_tables().tables
+
+    def outdated(self, name: str) -> bool:
+        """A table written before a column was added: it must be rebuilt from DuckDB."""
+        if not self.exists(name):
+            return False
+        return bool(set(SCHEMAS[name].names) - set(self.table(name).schema.names))
 
     def drop(self, name: str) -> None:
         self._tables.pop(name, None)
