@@ -159,6 +159,7 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
                 "extracted_facts",
                 "harvested_ops",
                 "memory_maintenance",
+                "observations",  # the protocol's "memory assets": observations are memories too
             )
         ]
         started = time.perf_counter()

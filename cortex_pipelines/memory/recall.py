@@ -35,6 +35,11 @@ NEIGHBOUR_SHARE = 0.5
 # A query naming a day or a month ("on 3 June, 2023", "in July 2022", "last May") prefers what was
 # said then: on the LoCoMo development split this lifted R@10 by 1.6 points (2.6 without neighbours).
 DATE_BOOST = 2.0
+# The conversation (channel and day) whose turns matched best is where the rest of the answer was
+# likely said: each turn gains this share of its conversation's top three scores (LoCoMo dev: +1.1 R@10).
+SESSION_SHARE, SESSION_TOP = 0.1, 3
+# A fact from at most this many turns (a statement, a question and its answer) is one memory with them.
+MERGE_MAX_SOURCES = 2
 _MONTHS = "january february march april may june july august september october november december".split()
 _MONTH = "(" + "|".join(_MONTHS) + ")"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
@@ -155,6 +160,20 @@ def _with_neighbours(episodes: dict[int, _Candidate]) -> dict[int, float]:
     return {i: c.rrf + NEIGHBOUR_SHARE * best[i] for i, c in episodes.items()}
 
 
+def _with_session(episodes: dict[int, _Candidate], scores: dict[int, float]) -> dict[int, float]:
+    """Scores lifted by how well the turn's conversation (same channel, same day) matched as a whole."""
+
+    def key(i):
+        at = episodes[i].row.get("stated_at")
+        return episodes[i].row.get("channel"), at.date() if at else None
+
+    by_session: dict = defaultdict(list)
+    for i, s in scores.items():
+        by_session[key(i)].append(s)
+    strength = {k: sum(sorted(v, reverse=True)[:SESSION_TOP]) for k, v in by_session.items()}
+    return {i: s + SESSION_SHARE * strength[key(i)] for i, s in scores.items()}
+
+
 def _weight(
     rrf: float,
     at: datetime | None,
@@ -269,7 +288,7 @@ def recall(
                 row["category"],
             )
         )
-    for turn_id, fused in _with_neighbours(episodes).items():
+    for turn_id, fused in _with_session(episodes, _with_neighbours(episodes)).items():
         row = episodes[turn_id].row
         score = _weight(fused, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
         hits.append(
@@ -289,11 +308,19 @@ def recall(
 
 def _facts_stand_for_their_turns(hits: list[Hit]) -> list[Hit]:
     """A fact and the turns it came from are one memory: the fact is returned once, with the better
-    score, instead of the same thing twice (and a turn lifted by its neighbours lifts its fact)."""
+    score, instead of the same thing twice (and a turn lifted by its neighbours lifts its fact).
+    A fact drawn from many turns (an observation) absorbs none of them, as each turn is more specific,
+    and lists the turns that matched the query first, best first (LoCoMo dev with observations: +2.3 R@10)."""
     turns = {h.sources[0]: h for h in hits if h.fact_id is None and len(h.sources) == 1}
     merged: set[int] = set()
     for hit in hits:
-        for source in hit.sources if hit.fact_id is not None else ():
+        if hit.fact_id is None:
+            continue
+        if len(hit.sources) > MERGE_MAX_SOURCES:
+            rank = {s: -turns[s].score for s in hit.sources if s in turns}
+            hit.sources = sorted(hit.sources, key=lambda s: (s not in rank, rank.get(s, 0.0)))
+            continue
+        for source in hit.sources:
             if (turn := turns.get(source)) is not None:
                 hit.score = max(hit.score, turn.score)
                 merged.add(source)
