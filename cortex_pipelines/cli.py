@@ -374,14 +374,13 @@ def edit(fact_id: int, text: str) -> None:
 
 def _resync(settings: Settings) -> None:
     """Mirror a correction into LanceDB at once, so recall never returns the old text."""
-    from cortex_pipelines.memory.embedder import get_embedder
+    from cortex_pipelines.memory.embedder import embedder_for
     from cortex_pipelines.memory.pipeline import sync_facts
     from cortex_pipelines.memory.vectors import vector_store
 
-    embedder = get_embedder(
-        settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
+    sync_facts(
+        Database(settings.paths.db), vector_store(settings.paths.lance), embedder_for(settings), settings
     )
-    sync_facts(Database(settings.paths.db), vector_store(settings.paths.lance), embedder, settings)
 
 
 @app.command()

@@ -4,7 +4,7 @@ from dagster import ConfigurableResource
 
 from cortex_pipelines.config import Settings, load_settings
 from cortex_pipelines.llm import LLMClient, make_client
-from cortex_pipelines.memory.embedder import Embedder, get_embedder
+from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.vectors import VectorStore, vector_store
 from cortex_pipelines.storage import Database
 
@@ -32,5 +32,4 @@ class CortexResource(ConfigurableResource):
         return vector_store(self.settings().paths.lance)
 
     def embedder(self) -> Embedder:
-        s = self.settings()
-        return get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
+        return embedder_for(self.settings())

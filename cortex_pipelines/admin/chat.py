@@ -132,20 +132,16 @@ class AdminChat:
         return "\n".join(lines) or "nothing found"
 
     def _save(self, *words: str) -> str:
-        from cortex_pipelines.memory.embedder import get_embedder
-        from cortex_pipelines.memory.pipeline import remember
-        from cortex_pipelines.memory.vectors import vector_store
+        from cortex_pipelines.memory.pipeline import save_fact
 
         text = " ".join(words).strip()
         if len(text) < 3:
             return "usage: /save TEXT"
-        s = self.settings
         note = self.db.run(append_owner_note, ADMIN_CHANNEL, SENDER, f"/save {text}")
         draft = memory_store.FactDraft(
             text, "fact", 0.7, (note,), (ADMIN_CHANNEL,), clock.now().replace(tzinfo=None), "admin"
         )
-        embedder = get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
-        report = remember(self.db, vector_store(s.paths.lance), embedder, s, [draft])
+        report = save_fact(self.db, self.settings, draft)
         if report.new:
             return f"saved as fact {report.new[0]}"
         return f"already known: reinforced fact {report.reinforced[0]}"

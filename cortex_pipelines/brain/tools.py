@@ -251,9 +251,7 @@ class ToolRunner:
         return {"id": args.id, "deleted": self.db.run(schedules.delete, args.id, clock.now())}
 
     def _save(self, args: SaveInput) -> dict[str, Any]:
-        from cortex_pipelines.memory.embedder import get_embedder
-        from cortex_pipelines.memory.pipeline import remember
-        from cortex_pipelines.memory.vectors import vector_store
+        from cortex_pipelines.memory.pipeline import save_fact
 
         draft = FactDraft(
             args.text,
@@ -264,9 +262,7 @@ class ToolRunner:
             self.message.sent_at,
             origin="admin",
         )
-        s = self.settings
-        embedder = get_embedder(s.embedding_model, s.embedding_device, s.embedding_batch_size)
-        report = remember(self.db, vector_store(s.paths.lance), embedder, s, [draft])
+        report = save_fact(self.db, self.settings, draft)
         return {"new": report.new, "reinforced": report.reinforced}
 
     def _pin(self, args: PinInput) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from functools import cache
 
 import numpy as np
 
+from cortex_pipelines.config import Settings
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 
@@ -82,3 +84,8 @@ class Embedder:
 def get_embedder(model: str = DEFAULT_MODEL, device: str = "auto", batch_size: int = 64) -> Embedder:
     """One embedder per process and configuration."""
     return Embedder(model, device, batch_size)
+
+
+def embedder_for(settings: Settings) -> Embedder:
+    """The embedder an instance's settings name (shared with every other caller in the process)."""
+    return get_embedder(settings.embedding_model, settings.embedding_device, settings.embedding_batch_size)

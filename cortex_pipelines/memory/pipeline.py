@@ -13,7 +13,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import store
-from cortex_pipelines.memory.embedder import Embedder
+from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.extract import (
     InjectedText,
     SourceTurn,
@@ -21,7 +21,7 @@ from cortex_pipelines.memory.extract import (
     extract_with_llm,
 )
 from cortex_pipelines.memory.store import FactDraft, norm_hash
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
 Log = Callable[[str], None]
@@ -184,6 +184,11 @@ def remember(
     db.run(write)
     sync_facts(db, vectors, embedder, settings)
     return report
+
+
+def save_fact(db: Database, settings: Settings, draft: FactDraft) -> WriteReport:
+    """One fact saved by hand (the admin chat), with the same dedupe and LanceDB sync as extraction."""
+    return remember(db, vector_store(settings.paths.lance), embedder_for(settings), settings, [draft])
 
 
 def extract_new_facts(

@@ -18,7 +18,7 @@ from datetime import date, datetime
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
-from cortex_pipelines.memory.embedder import get_embedder
+from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
@@ -265,10 +265,7 @@ def recall(
         # Full-text searches run while the query is embedded; vector searches follow in parallel.
         fact_text = _POOL.submit(vectors.text_search, SEMANTIC, query, pool, "status = 'active'")
         episode_text = _POOL.submit(vectors.text_search, EPISODIC, query, pool, where)
-        embedder = get_embedder(
-            settings.embedding_model, settings.embedding_device, settings.embedding_batch_size
-        )
-        qvec = embedder.encode([query])[0]
+        qvec = embedder_for(settings).encode([query])[0]
         fact_vec = _POOL.submit(vectors.vector_search, SEMANTIC, qvec, pool, "status = 'active'")
         episode_vec = vectors.vector_search(EPISODIC, qvec, pool, where)
         facts = _fuse(_relevant(fact_vec.result()), fact_text.result())
