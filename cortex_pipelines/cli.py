@@ -156,7 +156,8 @@ def run(
     demo: Annotated[bool, typer.Option(help="load the bundled sample conversation first")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show Dagster's run log")] = False,
 ) -> None:
-    """Run the main job in-process: ingest the inbox, answer everything, materialize memory."""
+    """Run the main job in-process: supervise, fire due schedules, ingest the inbox, answer
+    everything, materialize memory."""
     settings = _ready()
     db = Database(settings.paths.db)
     if demo:
@@ -196,7 +197,7 @@ def run(
 
 @app.command("status")
 def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Bus counts by state, channels and their modes, LLM usage."""
+    """Bus counts, channels and modes, memory tiers, LLM usage, warmup, schedules, supervision."""
     state = status(_ready())
     if as_json:
         _print_json(state)
