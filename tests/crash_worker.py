@@ -265,7 +265,7 @@ def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
     from cortex_pipelines.memory.vectors import VectorStore
     from cortex_pipelines.storage import Database
 
-    upsert, ensure_indexes = VectorStore.upsert, VectorStore.ensure_indexes
+    upsert, ensure_vector_index = VectorStore.upsert, VectorStore.ensure_vector_index
     calls = {"upsert": 0}
     timer = kill_point.endswith("_timer")
 
@@ -283,13 +283,13 @@ def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
         if kill_point.endswith("_after_upsert") and k == n:
             die(f"{kill_point}: upsert {n} ({len(rows)} rows) committed, DuckDB not told")
 
-    def patched_ensure_indexes(self, name, vector_min_rows):
-        mark(f"index build on {name} begins")
-        built = ensure_indexes(self, name, vector_min_rows)
-        mark(f"index build committed: {built}")
+    def patched_ensure_vector_index(self, name, min_rows):
+        mark(f"vector index check on {name} begins")
+        built = ensure_vector_index(self, name, min_rows)
+        mark(f"vector index check committed: {built}")
         return built
 
-    VectorStore.upsert, VectorStore.ensure_indexes = patched_upsert, patched_ensure_indexes
+    VectorStore.upsert, VectorStore.ensure_vector_index = patched_upsert, patched_ensure_vector_index
     settings = load_settings(home)
     db, store = Database(settings.paths.db), VectorStore(settings.paths.lance)
     if kill_point.startswith("episodic"):

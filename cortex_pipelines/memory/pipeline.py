@@ -108,7 +108,6 @@ def index_episodes(
         db.run(store.set_cursor, EPISODIC_CURSOR, rows[-1][0])
         total += len(rows)
         log(f"indexed {total} session message(s) into LanceDB (up to id {rows[-1][0]})")
-    vectors.ensure_indexes(EPISODIC, settings.vector_index_min_rows)
     return total
 
 
@@ -137,7 +136,7 @@ def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings:
     vecs = embedder.encode([f["text"] for f in stale])
     vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[i]) for i, f in enumerate(stale)])
     db.run(store.mark_indexed, [f["id"] for f in stale], started)
-    vectors.ensure_indexes(SEMANTIC, settings.vector_index_min_rows)
+    vectors.ensure_vector_index(SEMANTIC, settings.vector_index_min_rows)
     return len(stale)
 
 

@@ -1,10 +1,11 @@
 """memory_query: hybrid retrieval over hot facts, cold facts and episodic messages.
 
-For each LanceDB table a vector search and a full-text search are fused with reciprocal rank
-fusion; the fused score is then weighted by recency, importance, hit count and decay. Session
-turns not yet indexed (the tail since the last episodic run) are searched by keywords in DuckDB,
-so what was said a minute ago is found too. Every hit carries the session ids it came from.
-Side effects, as in seed 000: a returned hot fact counts a hit; a returned cold fact is promoted.
+For each LanceDB table, searched through its in-memory snapshot, a vector search and a BM25
+full-text search are fused with reciprocal rank fusion; the fused score is then weighted by
+recency, importance, hit count and decay. Session turns not yet indexed (the tail since the last
+episodic run) are searched by keywords in DuckDB, so what was said a minute ago is found too.
+Every hit carries the session ids it came from. Side effects, as in seed 000: a returned hot
+fact counts a hit; a returned cold fact is promoted.
 """
 
 from __future__ import annotations
@@ -12,18 +13,19 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
+
+import numpy as np
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
+from cortex_pipelines.memory.snapshot import STOP_WORDS, tokenize
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
-_POOL = ThreadPoolExecutor(max_workers=3, thread_name_prefix="recall")
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
 # Full-text matches lead; vector similarity adds paraphrase recall at a lower weight. On the LoCoMo
@@ -44,6 +46,10 @@ MERGE_MAX_SOURCES = 2
 # widen a second full-text search fused at half weight; it finds the turns that say the same thing in
 # other words (LoCoMo dev: +0.6 R@10, about +25 ms p50 for the extra search).
 FEEDBACK_DOCS, FEEDBACK_TERMS, FEEDBACK_WEIGHT = 5, 8, 0.5
+# Turns said since the last episodic indexing run are matched by keywords, newest first; the
+# episodic sensor keeps this tail short, and a backlog beyond it waits for that run to catch up.
+TAIL_TURNS = 2000
+DENSE_FEEDBACK_WEIGHT, DENSE_FEEDBACK_DOCS, DENSE_FEEDBACK_BETA = 0.0, 5, 1.0
 _MONTHS = "january february march april may june july august september october november december".split()
 _MONTH = "(" + "|".join(_MONTHS) + ")"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
@@ -52,12 +58,6 @@ _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+(\d{{4}})\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?(\d{{4}})\b", re.I)
 _MONTH_ONLY = re.compile(r"\b(" + "|".join(m.capitalize() for m in _MONTHS) + r")\b")  # "may" is a verb
 _WORD = re.compile(r"[\w']+", re.UNICODE)
-_STOP = frozenset(
-    """a an and are as at be but by can could did do does for from had has have how i i'm in is it
-    its me my of on or our should so that the their them then there these they this to was we
-    were what when where which who why will with would you your about any some please tell
-    know remember""".split()
-)
 
 
 @dataclass
@@ -95,7 +95,7 @@ class _Candidate:
 
 def keywords(text: str) -> list[str]:
     words = [w.lower().strip("'") for w in _WORD.findall(text)]
-    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _STOP))
+    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in STOP_WORDS))
 
 
 def named_times(query: str) -> list[tuple[int | None, int, int | None]]:
@@ -137,10 +137,6 @@ def _said_then(at: datetime | None, times: list[tuple[int | None, int, int | Non
         elif at.month == month and year in (None, at.year):
             return True
     return False
-
-
-def _relevant(vector_hits: list[dict]) -> list[dict]:
-    return [h for h in vector_hits if 1.0 - h["_distance"] >= MIN_COSINE]
 
 
 def _fuse(vector_hits: list[dict], text_hits: list[dict]) -> dict[int, _Candidate]:
@@ -205,26 +201,33 @@ def _weight(
     return rrf * signal * decay
 
 
-def _tail_keyword_hits(con, query: str, exclude: set[int], k: int) -> list[Hit]:
-    """Keyword search over user turns said since the last episodic indexing run."""
-    terms = keywords(query)[:16]
-    if not terms:
-        return []
-    after_id = store.get_cursor(con, EPISODIC_CURSOR)
-    clauses = " + ".join(["(regexp_matches(lower(content), ?))::INT"] * len(terms))
-    rows = con.execute(
-        f"""
-        SELECT id, channel, content, ts, score FROM (
-            SELECT id, channel, content, ts, ({clauses}) AS score FROM session
-            WHERE role = 'user' AND id > ?
-        ) WHERE score > 0 AND NOT list_contains(?, id)
-        ORDER BY score DESC, ts DESC LIMIT ?
+def _unindexed_turns(con, k: int) -> list[tuple]:
+    """The newest user turns said since the last episodic indexing run (at most k of them)."""
+    return con.execute(
+        """
+        SELECT id, channel, content, ts FROM session
+        WHERE role = 'user' AND id > coalesce((SELECT value FROM cursors WHERE name = ?), 0)
+        ORDER BY id DESC LIMIT ?
         """,
-        [*[rf"\b{re.escape(t)}" for t in terms], after_id, sorted(exclude), k],
+        [EPISODIC_CURSOR, k],
     ).fetchall()
+
+
+def _tail_keyword_hits(turns: list[tuple], query: str, exclude: set[int], k: int) -> list[Hit]:
+    """Turns not yet in LanceDB, ranked by how many of the query's (stemmed) words they use."""
+    terms = set(tokenize([query], ids=False)[0])
+    if not terms or not turns:
+        return []
+    said = tokenize([text for _, _, text, _ in turns], ids=False)
+    matched = [
+        (len(terms.intersection(words)), turn)
+        for turn, words in zip(turns, said, strict=True)
+        if turn[0] not in exclude
+    ]
+    matched = sorted((m for m in matched if m[0]), key=lambda m: -m[0])[:k]  # stable: newest first
     return [
-        Hit(text, 1.0 / (RRF_K + n + 1) * score / len(terms), "episodic", [sid], ch, ts)
-        for n, (sid, ch, text, ts, score) in enumerate(rows)
+        Hit(text, 1.0 / (RRF_K + n + 1) * found / len(terms), "episodic", [sid], ch, ts)
+        for n, (found, (sid, ch, text, ts)) in enumerate(matched)
     ]
 
 
@@ -258,28 +261,38 @@ def recall(
     pool = max(25, k * 5)
     facts: dict[int, _Candidate] = {}
     episodes: dict[int, _Candidate] = {}
-    if vectors.exists(SEMANTIC) or vectors.exists(EPISODIC):
-        where = "role = 'user'"
-        if exclude_sources:
-            where += f" AND id NOT IN ({', '.join(str(int(i)) for i in exclude_sources)})"
-        # Full-text searches run while the query is embedded; vector searches follow in parallel.
-        fact_text = _POOL.submit(vectors.text_search, SEMANTIC, query, pool, "status = 'active'")
-        episode_text = _POOL.submit(vectors.text_search, EPISODIC, query, pool, where)
+    fact_table, episode_table = vectors.snapshot(SEMANTIC), vectors.snapshot(EPISODIC)
+    if len(fact_table) or len(episode_table):
         qvec = embedder_for(settings).encode([query])[0]
-        fact_vec = _POOL.submit(vectors.vector_search, SEMANTIC, qvec, pool, "status = 'active'")
-        episode_vec = vectors.vector_search(EPISODIC, qvec, pool, where)
-        facts = _fuse(_relevant(fact_vec.result()), fact_text.result())
-        episodes = _fuse(_relevant(episode_vec), episode_text.result())
+        active = fact_table.where(status="active")
+        said = episode_table.where(exclude_sources, role="user")
+        facts = _fuse(
+            fact_table.vector_search(qvec, pool, active, MIN_COSINE),
+            fact_table.text_search(query, pool, active),
+        )
+        episodes = _fuse(
+            episode_table.vector_search(qvec, pool, said, MIN_COSINE),
+            episode_table.text_search(query, pool, said),
+        )
+        if DENSE_FEEDBACK_WEIGHT and episodes:
+            top = sorted(episodes.values(), key=lambda c: c.rrf, reverse=True)[:DENSE_FEEDBACK_DOCS]
+            centroid = episode_table.vectors[[c.row["_position"] for c in top]].float().mean(0).numpy()
+            moved = qvec + DENSE_FEEDBACK_BETA * centroid
+            moved /= np.linalg.norm(moved)
+            for rank, row in enumerate(episode_table.vector_search(moved, pool, said, MIN_COSINE)):
+                cand = episodes.setdefault(int(row["id"]), _Candidate(row))
+                cand.rrf += DENSE_FEEDBACK_WEIGHT / (RRF_K + rank + 1)
         if terms := _feedback_terms(query, episodes):
-            wider = vectors.text_search(EPISODIC, f"{query} {' '.join(terms)}", pool, where)
+            wider = episode_table.text_search(f"{query} {' '.join(terms)}", pool, said)
             for rank, row in enumerate(wider):
                 cand = episodes.setdefault(int(row["id"]), _Candidate(row))
                 cand.rrf += FEEDBACK_WEIGHT / (RRF_K + rank + 1)
 
     def read(con):  # one short DuckDB transaction for everything recall needs from it
-        return _fact_meta(con, list(facts)), _tail_keyword_hits(con, query, set(exclude_sources), pool)
+        return _fact_meta(con, list(facts)), _unindexed_turns(con, TAIL_TURNS)
 
-    meta, hits = db.run(read)
+    meta, tail = db.run(read)
+    hits = _tail_keyword_hits(tail, query, set(exclude_sources), pool)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
         if info is None or info["status"] != "active":

@@ -1,13 +1,15 @@
 """LanceDB: embeddings of every session message (episodic) and every fact (semantic).
 
 LanceDB is embedded (a directory) and its writers use optimistic concurrency, so every write
-retries on a commit conflict. Full-text search is LanceDB's native index: DuckDB's fts extension
-would need a download. Rows are upserted by id, so re-running an indexing step is harmless.
+retries on a commit conflict. Rows are upserted by id, so re-running an indexing step is harmless.
+Recall searches in-memory snapshots of these tables (memory/snapshot.py), reloaded when a table's
+version moves; LanceDB's own vector search serves the write path (dedupe against active facts).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from datetime import timedelta
 from functools import cache
@@ -17,6 +19,7 @@ import pyarrow as pa
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from cortex_pipelines.memory.embedder import DIMENSIONS
+from cortex_pipelines.memory.snapshot import Snapshot
 
 os.environ.setdefault("LANCE_LOG", "error")
 
@@ -26,7 +29,7 @@ SEMANTIC = "semantic"
 _COMMON = [
     pa.field("id", pa.int64()),
     pa.field("text", pa.string()),
-    # What full-text search sees: for an episode, the turn with its speaker and the turn before it,
+    # What BM25 sees: for an episode, the turn with its speaker and the turn before it,
     # so a question phrased like the earlier turn still finds the answer; for a fact, its text.
     # An episode's vector embeds only the turn with its speaker: fused with the wider full text, that
     # ranked better on LoCoMo than a vector of both turns.
@@ -73,6 +76,8 @@ class VectorStore:
         self.path = Path(path)
         self._conn = None
         self._tables: dict[str, object] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+        self._snapshot_lock = threading.Lock()
 
     def _db(self):
         if self._conn is None:
@@ -103,6 +108,7 @@ class VectorStore:
 
     def drop(self, name: str) -> None:
         self._tables.pop(name, None)
+        self._snapshots.pop(name, None)
         if self.exists(name):
             self._db().drop_table(name)
 
@@ -146,39 +152,30 @@ class VectorStore:
             query = query.where(where, prefilter=True)
         return query.to_list()
 
-    def text_search(self, name: str, text: str, k: int, where: str | None = None) -> list[dict]:
-        if not self.exists(name) or not self._has_fts(name):
-            return []
-        query = self.table(name).search(text, query_type="fts").limit(k)
-        if where:
-            query = query.where(where, prefilter=True)
-        try:
-            return query.to_list()
-        except (ValueError, RuntimeError, OSError):
-            return []  # a query with no searchable terms
-
-    def _has_fts(self, name: str) -> bool:
-        return any(ix.index_type == "FTS" for ix in self.table(name).list_indices())
+    def snapshot(self, name: str) -> Snapshot:
+        """The table as recall searches it, as of its latest committed version."""
+        if not self.exists(name):
+            return Snapshot.empty()
+        table = self.table(name)
+        with self._snapshot_lock:
+            version = table.version
+            current = self._snapshots.get(name)
+            if current is None or current.version != version:
+                # Tagged with the version read before the data: a commit in between only means one
+                # more reload on the next query, never a stale snapshot kept.
+                current = self._snapshots[name] = Snapshot.read(table, version)
+            return current
 
     @_retry_commit
-    def ensure_indexes(self, name: str, vector_min_rows: int) -> list[str]:
-        """Full-text index once the table has rows; an ANN index once it is large enough to pay."""
-        from lancedb.index import FTS
-
-        built = []
+    def ensure_vector_index(self, name: str, min_rows: int) -> bool:
+        """An ANN index for LanceDB's own vector search once the table is large enough to pay."""
         table = self.table(name)
-        rows = table.count_rows()
-        if rows == 0:
-            return built
-        indices = {ix.index_type: ix for ix in table.list_indices()}
-        fts = indices.get("FTS")
-        if fts is None:
-            table.create_index("search_text", config=FTS(with_position=False), replace=True)
-            built.append("fts")
-        if rows >= vector_min_rows and not any(t.startswith("IVF") for t in indices):
-            table.create_index(metric="cosine", vector_column_name="vector", replace=True)
-            built.append("vector")
-        return built
+        if table.count_rows() < min_rows or any(
+            ix.index_type.startswith("IVF") for ix in table.list_indices()
+        ):
+            return False
+        table.create_index(metric="cosine", vector_column_name="vector", replace=True)
+        return True
 
     @_retry_commit
     def optimize(self, name: str) -> None:

@@ -48,7 +48,7 @@ SEED = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32
 _rng = random.Random(SEED)
 # Timer kills, on the existing tables or (drawn at random) on a fresh LanceDB folder. Existing:
 # armed as a random batch's write starts, firing within about one write. Fresh: armed at the first
-# write (which creates the table), firing anywhere up to the full-text index build.
+# write (which creates the table), firing anywhere up to the end of the write.
 _FRESH = {name: _rng.random() < 0.5 for name in ("episodic", "semantic")}
 _EPISODIC_BATCH = 1 if _FRESH["episodic"] else _rng.randint(1, 3)
 _EPISODIC_MS = _rng.randint(0, 400 if _FRESH["episodic"] else 80)
@@ -178,7 +178,8 @@ def assert_memory_mirrors_duckdb(db: Database, lance: Path) -> None:
     newest = max(truth)
     hit = vectors.vector_search(SEMANTIC, embedder.encode([truth[newest][0]])[0], 1, "status = 'active'")
     assert hit[0]["id"] == newest
-    assert vectors.text_search(EPISODIC, "boathouse", 3)
+    episodes = vectors.snapshot(EPISODIC)
+    assert episodes.text_search("boathouse", 3, episodes.where())
 
 
 @pytest.mark.parametrize(("point", "n", "call", "fresh"), CASES)

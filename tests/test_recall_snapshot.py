@@ -1,0 +1,80 @@
+"""Recall reads in-memory snapshots of the LanceDB tables: fresh after any writer's commit, exact
+enough in float16, and stemmed like the full-text search a user expects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cortex_pipelines.memory.embedder import get_embedder
+from cortex_pipelines.memory.pipeline import index_episodes
+from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
+from tests.test_memory import _history
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return get_embedder()
+
+
+def test_a_turn_indexed_by_another_writer_is_found_by_the_next_query(settings, db, embedder, tmp_path):
+    _history(settings, db, tmp_path, ("webchat", "The boathouse key hangs behind the kitchen door."))
+    writer = VectorStore(settings.paths.lance)  # its own LanceDB handles, as another process has
+    index_episodes(db, writer, embedder, settings)
+    assert recall(db, settings, "where is the boathouse key", k=1, touch=False)[0].text.startswith("The boat")
+    before = vector_store(settings.paths.lance).snapshot(EPISODIC).version
+
+    later = _history(settings, db, tmp_path, ("telegram", "My passport expires in March, renew it soon."))
+    index_episodes(db, writer, embedder, settings)
+    hits = recall(db, settings, "when does my passport expire", k=1, touch=False)
+    assert hits[0].sources == later
+    assert vector_store(settings.paths.lance).snapshot(EPISODIC).version > before
+
+
+def test_words_match_across_inflections_before_and_after_indexing(settings, db, embedder, tmp_path):
+    said = _history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "I went running along the canals every morning in Utrecht."),
+        ("webchat", "The quarterly budget review moved to Thursday."),
+    )
+    # Not indexed yet: the unindexed tail is matched by stemmed keywords.
+    assert recall(db, settings, "run canal", k=1, touch=False)[0].sources == [said[0]]
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    assert recall(db, settings, "run canal", k=1, touch=False)[0].sources == [said[0]]
+    assert recall(db, settings, "reviewing budgets", k=1, touch=False)[0].sources == [said[1]]
+
+
+def test_excluded_turns_and_assistant_turns_are_never_returned(settings, db, embedder, tmp_path):
+    said = _history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "Our cat Miso loves the sunny windowsill."),
+        ("webchat", "Miso the cat had her vaccination on Monday."),
+    )
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    hits = recall(db, settings, "Miso the cat", k=5, exclude_sources={said[0]}, touch=False)
+    assert said[1] in {s for h in hits for s in h.sources}
+    assert said[0] not in {s for h in hits for s in h.sources}
+
+
+def test_float16_vectors_rank_like_exact_cosine(settings, db, embedder, tmp_path):
+    topics = ["flights", "gardening", "jazz concerts", "tax returns", "marathon training", "sourdough"]
+    turns = [("webchat", f"Note {i} about {topics[i % 6]}: detail number {i * 7 % 13}.") for i in range(120)]
+    _history(settings, db, tmp_path, *turns)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
+    query = embedder.encode(["training for a long run"])[0]
+    fast = [row["id"] for row in snapshot.vector_search(query, 10, snapshot.where(), -1.0)]
+
+    rows = VectorStore(settings.paths.lance).table(EPISODIC).to_arrow().to_pylist()
+    cosine = {r["id"]: float(np.dot(r["vector"], query)) for r in rows}
+    exact = sorted(cosine.values(), reverse=True)
+    assert len(fast) == 10
+    # float16 may swap near-ties, never pick a clearly worse memory
+    assert all(cosine[i] >= exact[9] - 2e-3 for i in fast)
+    assert cosine[fast[0]] >= exact[0] - 2e-3
+    assert all("marathon" in next(r["text"] for r in rows if r["id"] == i) for i in fast)
