@@ -16,8 +16,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-import numpy as np
-
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import embedder_for
@@ -49,7 +47,6 @@ FEEDBACK_DOCS, FEEDBACK_TERMS, FEEDBACK_WEIGHT = 5, 8, 0.5
 # Turns said since the last episodic indexing run are matched by keywords, newest first; the
 # episodic sensor keeps this tail short, and a backlog beyond it waits for that run to catch up.
 TAIL_TURNS = 2000
-DENSE_FEEDBACK_WEIGHT, DENSE_FEEDBACK_DOCS, DENSE_FEEDBACK_BETA = 0.0, 5, 1.0
 _MONTHS = "january february march april may june july august september october november december".split()
 _MONTH = "(" + "|".join(_MONTHS) + ")"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
@@ -274,14 +271,6 @@ def recall(
             episode_table.vector_search(qvec, pool, said, MIN_COSINE),
             episode_table.text_search(query, pool, said),
         )
-        if DENSE_FEEDBACK_WEIGHT and episodes:
-            top = sorted(episodes.values(), key=lambda c: c.rrf, reverse=True)[:DENSE_FEEDBACK_DOCS]
-            centroid = episode_table.vectors[[c.row["_position"] for c in top]].float().mean(0).numpy()
-            moved = qvec + DENSE_FEEDBACK_BETA * centroid
-            moved /= np.linalg.norm(moved)
-            for rank, row in enumerate(episode_table.vector_search(moved, pool, said, MIN_COSINE)):
-                cand = episodes.setdefault(int(row["id"]), _Candidate(row))
-                cand.rrf += DENSE_FEEDBACK_WEIGHT / (RRF_K + rank + 1)
         if terms := _feedback_terms(query, episodes):
             wider = episode_table.text_search(f"{query} {' '.join(terms)}", pool, said)
             for rank, row in enumerate(wider):

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 # Lucene's English list, plus the question words, pronouns and requests of conversation: "when did
 # you tell me about my trip" is about a trip. Without them a turn that merely says "when" or "you"
@@ -60,12 +63,15 @@ class Snapshot:
 
     @classmethod
     def empty(cls, version: int = -1) -> Snapshot:
+        import torch  # not at import time: the Dagster definitions load without torch
+
         no_vectors = torch.zeros((0, 0), dtype=torch.float16)
         return cls(version, pa.table({}), np.zeros(0, np.int64), no_vectors, None)
 
     @classmethod
     def read(cls, table, version: int) -> Snapshot:
         import bm25s
+        import torch
 
         data = table.to_arrow()
         if data.num_rows == 0:
@@ -108,13 +114,14 @@ class Snapshot:
         found = self.rows.take(pa.array(positions, pa.int64())).to_pylist()
         for row, position in zip(found, positions, strict=True):
             row[score_name] = float(scores[position])
-            row["_position"] = position
         return found
 
     def vector_search(self, vector: np.ndarray, k: int, mask: np.ndarray, min_cosine: float) -> list[dict]:
         """Rows by cosine similarity (vectors are unit length), best first, at least min_cosine."""
         if not len(self):
             return []
+        import torch
+
         query = torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.float16)
         cosine = torch.mv(self.vectors, query).float().numpy()
         return self._rows(self._top(cosine, mask, k, min_cosine - 1e-9), "_cosine", cosine)
