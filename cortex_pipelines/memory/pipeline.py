@@ -3,6 +3,7 @@ in step with DuckDB. Plain functions; the Dagster assets call them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,6 +26,7 @@ from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vec
 from cortex_pipelines.storage import Database, utcnow
 
 Log = Callable[[str], None]
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 EPISODIC_CURSOR = "episodic_indexed"
 EXTRACTION_CURSOR = "facts_extracted"
 
@@ -42,6 +44,12 @@ class WriteReport:
 def speaker_line(sender: str | None, text: str) -> str:
     """A turn with who said it: what its vector embeds, to complement full text's wider view."""
     return f"{sender or 'unknown'}: {text}"
+
+
+def sentence_lines(sender: str | None, text: str) -> list[str]:
+    """Each sentence of a turn of several, with who said it; nothing for a one-sentence turn."""
+    sentences = [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+    return [speaker_line(sender, s) for s in sentences] if len(sentences) > 1 else []
 
 
 def episode_search_text(sender: str | None, text: str, prev_sender: str | None, prev_text: str | None) -> str:
@@ -83,7 +91,13 @@ def index_episodes(
         if not rows:
             break
         search = [episode_search_text(r[3], r[4], r[6], r[7]) for r in rows]
-        vecs = embedder.encode([speaker_line(r[3], r[4]) for r in rows])
+        # Only user turns are recalled, so only they get sentence vectors; one encode for the batch.
+        sentences = [sentence_lines(r[3], r[4]) if r[1] == "user" else [] for r in rows]
+        vecs = embedder.encode([speaker_line(r[3], r[4]) for r in rows] + [s for ss in sentences for s in ss])
+        sentence_vecs, start = [], len(rows)
+        for ss in sentences:
+            sentence_vecs.append(vecs[start : start + len(ss)].tolist())
+            start += len(ss)
         vectors.upsert(
             EPISODIC,
             [
@@ -100,6 +114,7 @@ def index_episodes(
                     "category": "message",
                     "importance": 1.0,
                     "prev_id": r[8],
+                    "sentence_vectors": sentence_vecs[i],
                 }
                 for i, r in enumerate(rows)
             ],

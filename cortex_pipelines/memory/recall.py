@@ -20,15 +20,16 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
-from cortex_pipelines.memory.snapshot import STOP_WORDS, tokenize
+from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
-# Full-text matches lead; vector similarity adds paraphrase recall at a lower weight. On the LoCoMo
-# development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone.
-FTS_WEIGHT, VECTOR_WEIGHT = 1.0, 0.25
+# Full-text matches lead; vector similarity adds paraphrase recall at half the weight. On the LoCoMo
+# development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone; with
+# sentence vectors (vectors.py) the vector leg is worth 0.5 rather than 0.25 (+0.7 R@10).
+FTS_WEIGHT, VECTOR_WEIGHT = 1.0, 0.5
 # A turn next to a strong hit shares its topic (the answer to a matched question, the detail after a
 # matched statement): it gains this share of its best neighbour's fused score (LoCoMo dev: +3.2 R@10).
 NEIGHBOUR_SHARE = 0.5
@@ -36,14 +37,15 @@ NEIGHBOUR_SHARE = 0.5
 # said then: on the LoCoMo development split this lifted R@10 by 1.6 points (2.6 without neighbours).
 DATE_BOOST = 2.0
 # The conversation (channel and day) whose turns matched best is where the rest of the answer was
-# likely said: each turn gains this share of its conversation's top three scores (LoCoMo dev: +1.1 R@10).
-SESSION_SHARE, SESSION_TOP = 0.1, 3
+# likely said: each turn gains this share of its conversation's top three scores (LoCoMo dev: +1.1 R@10
+# at 0.1, +0.4 more at 0.35).
+SESSION_SHARE, SESSION_TOP = 0.35, 3
 # A fact from at most this many turns (a statement, a question and its answer) is one memory with them.
 MERGE_MAX_SOURCES = 2
-# Pseudo-relevance feedback: words shared by at least two of the five best turns, absent from the query,
-# widen a second full-text search fused at half weight; it finds the turns that say the same thing in
-# other words (LoCoMo dev: +0.6 R@10, about +25 ms p50 for the extra search).
-FEEDBACK_DOCS, FEEDBACK_TERMS, FEEDBACK_WEIGHT = 5, 8, 0.5
+# Pseudo-relevance feedback: up to twelve words shared by at least two of the ten best turns, absent
+# from the query, widen a second full-text search fused at half weight; it finds the turns that say the
+# same thing in other words (LoCoMo dev: +0.6 R@10 with five turns and eight words, +0.5 more).
+FEEDBACK_DOCS, FEEDBACK_TERMS, FEEDBACK_WEIGHT = 10, 12, 0.5
 # Turns said since the last episodic indexing run are matched by keywords, newest first; the
 # episodic sensor keeps this tail short, and a backlog beyond it waits for that run to catch up.
 TAIL_TURNS = 2000
@@ -171,16 +173,18 @@ def _with_session(episodes: dict[int, _Candidate], scores: dict[int, float]) -> 
     return {i: s + SESSION_SHARE * strength[key(i)] for i, s in scores.items()}
 
 
-def _feedback_terms(query: str, episodes: dict[int, _Candidate]) -> list[str]:
-    """Words that recur in the best-matching turns but not in the query, most common first."""
+def _feedback_terms(query: str, episodes: dict[int, _Candidate], table: Snapshot) -> list[str]:
+    """Words that recur in the best-matching turns but not in the query: most common first, and of
+    those the rarest in the whole table first (the most telling)."""
     top = sorted(episodes.values(), key=lambda c: c.rrf, reverse=True)[:FEEDBACK_DOCS]
     asked = set(keywords(query))
     counts: dict[str, int] = defaultdict(int)
     for cand in top:
         for word in set(keywords(cand.row["text"])) - asked:
             counts[word] += 1
-    common = sorted(counts.items(), key=lambda kv: -kv[1])
-    return [word for word, n in common if n >= 2][:FEEDBACK_TERMS]
+    recurring = sorted(word for word, n in counts.items() if n >= 2)
+    rows = dict(zip(recurring, table.document_frequency(recurring), strict=True))
+    return sorted(recurring, key=lambda w: (-counts[w], rows[w], w))[:FEEDBACK_TERMS]
 
 
 def _weight(
@@ -271,7 +275,7 @@ def recall(
             episode_table.vector_search(qvec, pool, said, MIN_COSINE),
             episode_table.text_search(query, pool, said),
         )
-        if terms := _feedback_terms(query, episodes):
+        if terms := _feedback_terms(query, episodes, episode_table):
             wider = episode_table.text_search(f"{query} {' '.join(terms)}", pool, said)
             for rank, row in enumerate(wider):
                 cand = episodes.setdefault(int(row["id"]), _Candidate(row))

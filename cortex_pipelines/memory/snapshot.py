@@ -50,6 +50,14 @@ def tokenize(texts: list[str], ids: bool):
     )
 
 
+def _matrix(vectors: pa.FixedSizeListArray) -> torch.Tensor:
+    """A column of fixed-size float vectors as one float16 matrix."""
+    import torch
+
+    flat = vectors.flatten().to_numpy(zero_copy_only=False)
+    return torch.from_numpy(flat.reshape(len(vectors), vectors.type.list_size).astype(np.float16))
+
+
 @dataclass
 class Snapshot:
     """One version of a table: its rows (without vectors), their vectors and a BM25 index."""
@@ -59,6 +67,11 @@ class Snapshot:
     ids: np.ndarray
     vectors: torch.Tensor
     bm25: object | None
+    # Sentence vectors of the rows that have them, flattened: for each row with any, its position
+    # and where its run of sentence vectors starts.
+    sentence_vectors: torch.Tensor | None = None
+    sentence_rows: np.ndarray | None = None
+    sentence_starts: np.ndarray | None = None
     _masks: dict = field(default_factory=dict)
 
     @classmethod
@@ -71,18 +84,25 @@ class Snapshot:
     @classmethod
     def read(cls, table, version: int) -> Snapshot:
         import bm25s
-        import torch
 
         data = table.to_arrow()
         if data.num_rows == 0:
             return cls.empty(version)
-        column = data.column("vector").combine_chunks()
-        matrix = column.values.to_numpy(zero_copy_only=False).reshape(len(column), -1)
-        rows = data.drop_columns(["vector"]).combine_chunks()
+        vectors = _matrix(data.column("vector").combine_chunks())
+        sentences = {}
+        if "sentence_vectors" in data.column_names:
+            lists = data.column("sentence_vectors").combine_chunks()
+            counts = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+            sentences = {
+                "sentence_vectors": _matrix(lists.flatten()),
+                "sentence_rows": np.flatnonzero(counts),
+                "sentence_starts": (np.cumsum(counts) - counts)[counts > 0],
+            }
+        rows = data.drop_columns([c for c in ("vector", "sentence_vectors") if c in data.column_names])
+        rows = rows.combine_chunks()
         bm25 = bm25s.BM25()
         bm25.index(tokenize(rows.column("search_text").to_pylist(), ids=True), show_progress=False)
-        vectors = torch.from_numpy(matrix.astype(np.float16))
-        return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25)
+        return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -124,7 +144,19 @@ class Snapshot:
 
         query = torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.float16)
         cosine = torch.mv(self.vectors, query).float().numpy()
+        if self.sentence_rows is not None and len(self.sentence_rows):
+            by_sentence = torch.mv(self.sentence_vectors, query).float().numpy()
+            best = np.maximum.reduceat(by_sentence, self.sentence_starts)
+            cosine[self.sentence_rows] = np.maximum(cosine[self.sentence_rows], best)
         return self._rows(self._top(cosine, mask, k, min_cosine - 1e-9), "_cosine", cosine)
+
+    def document_frequency(self, words: list[str]) -> list[int]:
+        """In how many rows each word (stemmed) occurs: 0 for a stop word or an unseen one."""
+        if self.bm25 is None:
+            return [0] * len(words)
+        vocab, starts = self.bm25.vocab_dict, self.bm25.scores["indptr"]  # per token, a run of rows
+        ids = [vocab.get(tokens[0]) if tokens else None for tokens in tokenize(words, ids=False)]
+        return [0 if i is None else int(starts[i + 1] - starts[i]) for i in ids]
 
     def text_search(self, text: str, k: int, mask: np.ndarray) -> list[dict]:
         """Rows by BM25 over their search text (stemmed, stop words dropped), best first."""
