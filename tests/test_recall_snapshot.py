@@ -78,3 +78,30 @@ def test_float16_vectors_rank_like_exact_cosine(settings, db, embedder, tmp_path
     assert all(cosine[i] >= exact[9] - 2e-3 for i in fast)
     assert cosine[fast[0]] >= exact[0] - 2e-3
     assert all("marathon" in next(r["text"] for r in rows if r["id"] == i) for i in fast)
+
+
+def test_a_detail_in_a_long_turn_is_found_by_its_own_sentence(settings, db, embedder, tmp_path):
+    long_turn = (
+        "Long day at work, the quarterly meetings ran late and the printer jammed twice. "
+        "The train home was packed as usual. "
+        "Anyway, on Saturday we adopted a tiny grey kitten from the shelter."
+    )
+    filler = [
+        ("webchat", f"The {w} meeting notes are in the shared drive now.")
+        for w in ("budget", "design", "hiring")
+    ]
+    said = _history(settings, db, tmp_path, ("webchat", long_turn), *filler)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+
+    rows = {r["id"]: r for r in VectorStore(settings.paths.lance).table(EPISODIC).to_arrow().to_pylist()}
+    assert len(rows[said[0]]["sentence_vectors"]) == 3  # one per sentence of the long turn
+    assert rows[said[1]]["sentence_vectors"] == []  # a one-sentence turn has its turn vector only
+
+    query = embedder.encode(["did we get a new pet"])[0]
+    whole = float(np.dot(rows[said[0]]["vector"], query))
+    best_sentence = max(float(np.dot(v, query)) for v in rows[said[0]]["sentence_vectors"])
+    assert best_sentence > whole + 0.05  # the kitten sentence, not the blurred whole turn
+    snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
+    (hit, *_) = snapshot.vector_search(query, 1, snapshot.where(), -1.0)
+    assert hit["id"] == said[0] and hit["_cosine"] == pytest.approx(best_sentence, abs=2e-3)
+    assert recall(db, settings, "did we get a new pet", k=1, touch=False)[0].sources == [said[0]]
