@@ -3,7 +3,8 @@
 For each LanceDB table, searched through its in-memory snapshot, a vector search and a BM25
 full-text search are fused with reciprocal rank fusion; the fused score is then weighted by
 recency, importance, hit count and decay. Session turns not yet indexed (the tail since the last
-episodic run) are searched by keywords in DuckDB, so what was said a minute ago is found too.
+episodic run) are read from DuckDB and matched by stemmed keywords, so what was said a minute ago
+is found too.
 Every hit carries the session ids it came from. Side effects, as in seed 000: a returned hot
 fact counts a hit; a returned cold fact is promoted.
 """
@@ -27,8 +28,9 @@ from cortex_pipelines.storage import Database, utcnow
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
 # Full-text matches lead; vector similarity adds paraphrase recall at half the weight. On the LoCoMo
-# development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone; with
-# sentence vectors (vectors.py) the vector leg is worth 0.5 rather than 0.25 (+0.7 R@10).
+# development split (bench/locomo.py) equal weights lost ~8 points of R@10 to full text alone. With
+# sentence vectors (vectors.py) half weight beats a quarter: together with the wider feedback and the
+# larger conversation share below, 78.4 -> 80.2 R@10.
 FTS_WEIGHT, VECTOR_WEIGHT = 1.0, 0.5
 # A turn next to a strong hit shares its topic (the answer to a matched question, the detail after a
 # matched statement): it gains this share of its best neighbour's fused score (LoCoMo dev: +3.2 R@10).
@@ -38,13 +40,14 @@ NEIGHBOUR_SHARE = 0.5
 DATE_BOOST = 2.0
 # The conversation (channel and day) whose turns matched best is where the rest of the answer was
 # likely said: each turn gains this share of its conversation's top three scores (LoCoMo dev: +1.1 R@10
-# at 0.1, +0.4 more at 0.35).
+# at 0.1; 0.35 since sentence vectors).
 SESSION_SHARE, SESSION_TOP = 0.35, 3
 # A fact from at most this many turns (a statement, a question and its answer) is one memory with them.
 MERGE_MAX_SOURCES = 2
 # Pseudo-relevance feedback: up to twelve words shared by at least two of the ten best turns, absent
 # from the query, widen a second full-text search fused at half weight; it finds the turns that say the
-# same thing in other words (LoCoMo dev: +0.6 R@10 with five turns and eight words, +0.5 more).
+# same thing in other words (LoCoMo dev: +0.6 R@10 with five turns and eight words; ten and twelve
+# since sentence vectors).
 FEEDBACK_DOCS, FEEDBACK_TERMS, FEEDBACK_WEIGHT = 10, 12, 0.5
 # Turns said since the last episodic indexing run are matched by keywords, newest first; the
 # episodic sensor keeps this tail short, and a backlog beyond it waits for that run to catch up.
