@@ -9,6 +9,7 @@ import pytest
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.pipeline import index_episodes
 from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
 from tests.test_memory import _history
 
@@ -105,3 +106,37 @@ def test_a_detail_in_a_long_turn_is_found_by_its_own_sentence(settings, db, embe
     (hit, *_) = snapshot.vector_search(query, 1, snapshot.where(), -1.0)
     assert hit["id"] == said[0] and hit["_cosine"] == pytest.approx(best_sentence, abs=2e-3)
     assert recall(db, settings, "what animal did we adopt", k=1, touch=False)[0].sources == [said[0]]
+
+
+def test_a_new_process_loads_the_saved_snapshot_and_never_trusts_a_damaged_one(
+    settings, db, embedder, tmp_path, monkeypatch
+):
+    said = _history(settings, db, tmp_path, ("webchat", "The spare bike key is in the blue jar."))
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    built = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # reads LanceDB, saves the copy
+    saved = settings.paths.lance.with_name("lance-snapshots") / EPISODIC
+    assert [p.name for p in saved.iterdir()] == [f"v{built.version}"]
+
+    def no_reading(*_):
+        raise AssertionError("read the LanceDB table instead of the saved copy")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Snapshot, "read", classmethod(no_reading))
+        loaded = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # a fresh store: a new process
+    query = embedder.encode(["where is the bike key"])[0]
+    for snap in (built, loaded):
+        assert [r["id"] for r in snap.text_search("bike key", 3, snap.where())] == said
+        assert [r["id"] for r in snap.vector_search(query, 3, snap.where(), 0.3)] == said
+
+    (saved / f"v{built.version}" / "vectors.npy").write_bytes(b"\x93NUMPY damaged")
+    reread = VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert [r["id"] for r in reread.vector_search(query, 3, reread.where(), 0.3)] == said
+    with monkeypatch.context() as patch:  # and the damaged copy was replaced by a whole one
+        patch.setattr(Snapshot, "read", classmethod(no_reading))
+        assert len(VectorStore(settings.paths.lance).snapshot(EPISODIC)) == 1
+
+    more = _history(settings, db, tmp_path, ("webchat", "Bike service is booked for Friday."))
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    newer = VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert newer.version > built.version and set(newer.ids) == {*said, *more}
+    assert [p.name for p in saved.iterdir()] == [f"v{newer.version}"]  # the old copy is gone

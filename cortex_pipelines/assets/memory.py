@@ -73,6 +73,8 @@ def episodic_memory(context: AssetExecutionContext, cortex: CortexResource) -> M
     added = index_episodes(
         cortex.database(), cortex.vectors(), cortex.embedder(), cortex.settings(), log=context.log.info
     )
+    if added:  # build and save recall's snapshot here, so the next query loads it rather than builds it
+        cortex.vectors().snapshot(EPISODIC)
     return MaterializeResult(metadata={"indexed": added, **_memory_sizes(cortex)})
 
 
@@ -169,6 +171,7 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
     synced = sync_facts(db, vectors, cortex.embedder(), settings)
     for table in (EPISODIC, SEMANTIC):
         vectors.optimize(table)
+        vectors.snapshot(table)  # a new version: save recall's snapshot of it now, not on a query
     return MaterializeResult(
         metadata={
             "decayed": report.decayed,

@@ -9,6 +9,7 @@ version moves; LanceDB's own vector search serves the write path (dedupe against
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Iterable
 from datetime import timedelta
@@ -110,9 +111,14 @@ class VectorStore:
             return False
         return bool(set(SCHEMAS[name].names) - set(self.table(name).schema.names))
 
+    def _saved_snapshots(self, name: str) -> Path:
+        return self.path.with_name(self.path.name + "-snapshots") / name
+
     def drop(self, name: str) -> None:
         self._tables.pop(name, None)
         self._snapshots.pop(name, None)
+        # A re-created table numbers its versions from 1 again: no saved copy may stand for them.
+        shutil.rmtree(self._saved_snapshots(name), ignore_errors=True)
         if self.exists(name):
             self._db().drop_table(name)
 
@@ -165,10 +171,22 @@ class VectorStore:
             version = table.version
             current = self._snapshots.get(name)
             if current is None or current.version != version:
-                # Tagged with the version read before the data: a commit in between only means one
-                # more reload on the next query, never a stale snapshot kept.
-                current = self._snapshots[name] = Snapshot.read(table, version)
+                current = self._snapshots[name] = self._load_or_read(name, table, version)
             return current
+
+    def _load_or_read(self, name: str, table, version: int) -> Snapshot:
+        """The version as another process saved it, else read from the table and saved. Tagged
+        with the version seen before reading: a commit in between only means one more reload."""
+        saved = self._saved_snapshots(name)
+        if (saved / f"v{version}").is_dir():
+            try:
+                return Snapshot.load(saved, version)
+            except (OSError, ValueError, KeyError, EOFError):
+                # Damaged, or removed while loading: read the table and save a whole copy.
+                shutil.rmtree(saved / f"v{version}", ignore_errors=True)
+        snapshot = Snapshot.read(table, version)
+        snapshot.save(saved)
+        return snapshot
 
     @_retry_commit
     def ensure_vector_index(self, name: str, min_rows: int) -> bool:
