@@ -48,7 +48,7 @@ def test_words_match_across_inflections_before_and_after_indexing(settings, db, 
     assert recall(db, settings, "reviewing budgets", k=1, touch=False)[0].sources == [said[1]]
 
 
-def test_excluded_turns_and_assistant_turns_are_never_returned(settings, db, embedder, tmp_path):
+def test_excluded_turns_are_never_returned(settings, db, embedder, tmp_path):
     said = _history(
         settings,
         db,
