@@ -21,7 +21,7 @@ from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Settings, load_settings
 from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
-from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path
+from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
 from cortex_pipelines.instance import dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall as memory_recall
@@ -125,12 +125,14 @@ def send(
 
 
 def _report(report: IngestReport) -> None:
+    """A line per rejected or deferred file: nothing in the inbox is skipped without a word."""
     for f in report.files:
-        if f.error and not f.deferred:
-            _say(f"rejected {f.path}: {f.error}", err)
+        if f.error:
+            _say(f"{'deferred' if f.deferred else 'rejected'} {printable(str(f.path))}: {f.error}", err)
+    deferred = f", {len(report.deferred)} deferred file(s)" if report.deferred else ""
     out.print(
         f"ingested {report.accepted} message(s), {report.duplicates} duplicate(s), "
-        f"{len(report.rejected)} rejected file(s)"
+        f"{len(report.rejected)} rejected file(s){deferred}"
     )
 
 

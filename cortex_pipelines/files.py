@@ -6,6 +6,9 @@ import os
 import tempfile
 from pathlib import Path
 
+NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+_TMP_STEM = 200  # bytes of the target's name kept in the temporary name: room for mkstemp's part
+
 
 def private_umask() -> None:
     """Files that DuckDB, LanceDB and Dagster create follow the umask, not our modes: mask group
@@ -14,10 +17,12 @@ def private_umask() -> None:
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:
-    """Files are user-only (0600, from mkstemp): conversations and memory are private."""
+    """Files are user-only (0600, from mkstemp): conversations and memory are private. The
+    temporary name keeps only the start of a long name, so any name up to NAME_MAX can be written."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     data = content.encode() if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    stem = os.fsencode(path.name)[:_TMP_STEM].decode("utf-8", "ignore")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -3,12 +3,24 @@
 A file leaves the inbox only after its rows are committed (crash in between: the next scan
 re-inserts idempotently and then moves it). A bad file goes to inbox/.rejected/ with a one-line
 `.error` note; the rest of the batch still lands. Symlinks and other non-regular files are never
-followed, so nothing outside CORTEX_HOME is read.
+followed, and a file with other hard links is refused, so nothing outside CORTEX_HOME is read.
+
+Every entry of a pass is ingested, rejected with a note, or reported as deferred; no entry can
+stop the others (an entry that cannot even be moved aside is reported and retried next pass):
+- a folder inside a channel folder is moved to .rejected/ whole, unread (subfolders are not read);
+- a writer's temporary name (starting with "." or ending ".tmp"/".part", or anything under a
+  dot-named folder of the inbox root other than .rejected/.ingested) is deferred while it changes
+  and rejected once untouched for _ABANDONED_S: the writer never renamed it;
+- a fresh file that does not parse, or a fresh hard link (a writer between link and unlink), is
+  deferred for _SETTLE_S;
+- stored names stay within NAME_MAX bytes: a longer one keeps its start, a hash of the whole
+  name and its suffix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -19,7 +31,7 @@ from pathlib import Path
 
 from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
-from cortex_pipelines.files import write_atomic
+from cortex_pipelines.files import NAME_MAX, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage.bus import enqueue_rows
@@ -27,10 +39,22 @@ from cortex_pipelines.storage.session import import_history
 
 SUFFIXES = (".json", ".jsonl")
 _SETTLE_S = 2.0  # a file this fresh that fails to parse may still be being written
+_ABANDONED_S = 600.0  # a temporary name untouched this long was left behind by its writer
+_INTERNAL = (".rejected", ".ingested")
+_NOTE = ".error"
+_ROOM = NAME_MAX - len(_NOTE)  # a stored name leaves room for its note's suffix
 
 
-class UnparsableFile(EnvelopeError):
+class Unsettled(EnvelopeError):
+    """Possibly a file a writer is still busy with: deferred while fresh, rejected after."""
+
+
+class UnparsableFile(Unsettled):
     """Not valid JSON: possibly a file a naive connector is still writing."""
+
+
+class Deferred(Exception):
+    """Not this pass; str() says why, for the report."""
 
 
 @dataclass
@@ -38,7 +62,7 @@ class FileOutcome:
     path: Path
     accepted: int = 0
     duplicates: int = 0
-    error: str | None = None
+    error: str | None = None  # why it was rejected, or with `deferred`, why it waits
     deferred: bool = False
 
 
@@ -58,6 +82,17 @@ class IngestReport:
     def rejected(self) -> list[FileOutcome]:
         return [f for f in self.files if f.error and not f.deferred]
 
+    @property
+    def deferred(self) -> list[FileOutcome]:
+        return [f for f in self.files if f.deferred]
+
+
+def printable(text: str) -> str:
+    """A file name as one printable line: undecodable bytes and control characters escaped.
+    Names come from whoever writes to the inbox; DuckDB and logs refuse undecodable ones."""
+    raw = os.fsencode(text).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in raw)
+
 
 def _decode_values(path: Path, data: bytes) -> list[object]:
     try:
@@ -71,7 +106,8 @@ def _decode_values(path: Path, data: bytes) -> list[object]:
     try:
         if path.suffix == ".jsonl":
             values = []
-            for n, line in enumerate(text.splitlines(), 1):
+            # Only "\n" ends a line: U+2028, \x85 and the like are valid inside a JSON string.
+            for n, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     try:
                         values.append(json.loads(line))
@@ -86,17 +122,31 @@ def _decode_values(path: Path, data: bytes) -> list[object]:
         raise EnvelopeError("JSON nested too deeply") from None
 
 
-def read_file(path: Path, settings: Settings, folder_channel: str | None) -> list[dict]:
-    """Validate a whole file into bus rows; any bad message rejects the file (all or nothing)."""
-    info = os.lstat(path)
+def _check_file(info: os.stat_result, settings: Settings, single_link: bool) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise EnvelopeError("not a regular file (symlinks are never followed)")
+    if single_link and info.st_nlink > 1:
+        raise Unsettled(
+            f"a hard link ({info.st_nlink} names): hard links are not accepted, "
+            "so no file outside the inbox is read through one"
+        )
     if info.st_size > settings.max_file_bytes:
         raise EnvelopeError(f"file is {info.st_size} bytes, over the {settings.max_file_bytes}-byte limit")
+
+
+def read_file(
+    path: Path, settings: Settings, folder_channel: str | None, single_link: bool = False
+) -> list[dict]:
+    """Validate a whole file into bus rows; any bad message rejects the file (all or nothing).
+
+    single_link (the inbox) refuses a file with other hard links: its other name may be anywhere.
+    The checks are repeated on the opened file, which may have been swapped since the lstat."""
+    _check_file(os.lstat(path), settings, single_link)  # never opens a FIFO or a device
     if path.suffix not in SUFFIXES:
         raise EnvelopeError(f"unsupported file type {path.suffix!r} (use .json or .jsonl)")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
+        _check_file(os.fstat(fd), settings, single_link)
         data = fh.read(settings.max_file_bytes + 1)
     now = clock.now()
     rows = []
@@ -109,26 +159,46 @@ def read_file(path: Path, settings: Settings, folder_channel: str | None) -> lis
     return rows
 
 
+def _fit(name: str, room: int) -> str:
+    """`name` if it fits in `room` bytes, else its start, a hash of the whole name and its suffix."""
+    raw = os.fsencode(name)
+    if len(raw) <= room:
+        return name
+    suffix = Path(name).suffix
+    if len(os.fsencode(suffix)) > 16:
+        suffix = ""
+    tag = "~" + hashlib.sha256(raw).hexdigest()[:16]
+    keep = room - len(tag) - len(os.fsencode(suffix))
+    return raw[:keep].decode("utf-8", "ignore") + tag + suffix
+
+
 def _unique_destination(folder: Path, name: str) -> Path:
+    """A free name in `folder` with room for a `.error` note beside it."""
     folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / name
-    if not dest.exists() and not dest.is_symlink():
+    dest = folder / _fit(name, _ROOM)
+    if not os.path.lexists(dest):
         return dest
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-    return folder / f"{stamp}-{name}"
+    return folder / _fit(f"{stamp}-{name}", _ROOM)
 
 
-def _reject(path: Path, reason: str, settings: Settings, channel_folder: str) -> None:
+def _reject(path: Path, reason: str, settings: Settings, channel_folder: str) -> bool:
+    """Move `path` (a file or a whole folder) to .rejected/ beside its note; False if it was gone."""
     dest = _unique_destination(settings.paths.rejected / channel_folder, path.name)
-    note = dest.with_name(dest.name + ".error")
+    note = dest.with_name(dest.name + _NOTE)
     # The note first: a crash before the move leaves the file in the inbox to be rejected again,
     # never a rejected file without its reason.
     write_atomic(note, reason.replace("\n", " ") + "\n")
     try:
         os.rename(path, dest)  # renames a symlink itself, never its target
     except FileNotFoundError:  # another ingester got there first
-        if not dest.exists() and not dest.is_symlink():
+        if not os.path.lexists(dest):
             note.unlink(missing_ok=True)
+        return False
+    except OSError:
+        note.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def _archive(path: Path, settings: Settings, channel: str) -> None:
@@ -136,67 +206,125 @@ def _archive(path: Path, settings: Settings, channel: str) -> None:
         os.rename(path, _unique_destination(settings.paths.ingested / channel, path.name))
 
 
-def _candidates(inbox: Path) -> list[tuple[Path, str]]:
-    """Files waiting in the inbox, oldest first, paired with their channel folder name."""
-    found: list[tuple[float, str, Path, str]] = []
+def _fresh(info: os.stat_result, seconds: float) -> bool:
+    """Modified in the last `seconds`. An mtime far in the future counts as old, so a wrong clock
+    cannot hold an entry back forever."""
+    return -_ABANDONED_S < time.time() - info.st_mtime < seconds
+
+
+def _temporary(name: str, folder: str) -> bool:
+    """A writer's name for what it has not finished (README: write, then rename)."""
+    return name.startswith(".") or name.endswith((".tmp", ".part")) or folder.startswith(".")
+
+
+def _read_entry(path: Path, folder: str, settings: Settings) -> list[dict]:
+    """The bus rows of one inbox entry. Raises Deferred to look again next pass, EnvelopeError or
+    OSError to reject it, FileNotFoundError when it is gone."""
+    info = os.lstat(path)
+    if _temporary(path.name, folder):
+        if _fresh(info, _ABANDONED_S):
+            raise Deferred(
+                "a temporary name, waiting for its writer to rename it "
+                f"(rejected once untouched for {_ABANDONED_S:.0f} s)"
+            )
+        raise EnvelopeError(f"a temporary name untouched for {_ABANDONED_S:.0f} s: its writer left it")
+    if stat.S_ISDIR(info.st_mode):
+        raise EnvelopeError("a folder: messages go in files directly in inbox/<channel>/, not in subfolders")
+    if not folder:
+        raise EnvelopeError("files belong in inbox/<channel>/, not the inbox root")
+    try:
+        return read_file(path, settings, folder_channel=folder, single_link=True)
+    except Unsettled as exc:
+        if _fresh(os.lstat(path), _SETTLE_S):
+            raise Deferred(f"still being written ({exc})") from None
+        raise
+
+
+_Found = tuple[os.stat_result, str, Path, str]  # lstat, name, path, channel folder ("" at the root)
+
+
+def _scan(folder: Path, channel: str, found: list[_Found], unlisted: list[FileOutcome]) -> None:
+    """Add the entries of `folder` to `found`; one that cannot be listed is reported, not fatal."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if not channel and entry.name in _INTERNAL:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    found.append((entry.stat(follow_symlinks=False), entry.name, Path(entry.path), channel))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        unlisted.append(FileOutcome(folder, error=f"cannot be listed: {exc.strerror or exc}", deferred=True))
+
+
+def _candidates(inbox: Path) -> tuple[list[tuple[Path, str]], list[FileOutcome]]:
+    """Entries waiting in the inbox, oldest first, each paired with its channel folder name ("" at
+    the inbox root); and the folders that could not be listed, reported as deferred."""
     if not inbox.is_dir():
-        return []
-    for entry in os.scandir(inbox):
-        if entry.name.startswith("."):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            for item in os.scandir(entry.path):
-                if item.name.startswith(".") or item.name.endswith((".tmp", ".part")):
-                    continue
-                if item.is_dir(follow_symlinks=False):
-                    continue
-                mtime = item.stat(follow_symlinks=False).st_mtime
-                found.append((mtime, item.name, Path(item.path), entry.name))
+        return [], []
+    top: list[_Found] = []
+    unlisted: list[FileOutcome] = []
+    _scan(inbox, "", top, unlisted)
+    found: list[_Found] = []
+    for found_at_root in top:
+        info, name, path, _ = found_at_root
+        if stat.S_ISDIR(info.st_mode):
+            _scan(path, name, found, unlisted)
         else:
-            mtime = entry.stat(follow_symlinks=False).st_mtime
-            found.append((mtime, entry.name, Path(entry.path), ""))
-    found.sort(key=lambda f: (f[0], f[1]))
-    return [(path, channel) for _, _, path, channel in found]
+            found.append(found_at_root)
+    found.sort(key=lambda f: (f[0].st_mtime, f[1]))
+    return [(path, channel) for _, _, path, channel in found], unlisted
+
+
+def _reject_or_defer(outcome: FileOutcome, reason: str, settings: Settings, folder: str) -> bool:
+    """Reject the entry; when even that fails, report it as deferred. False if it was gone."""
+    outcome.error = reason
+    try:
+        return _reject(outcome.path, reason, settings, folder or "_root")
+    except OSError as exc:
+        outcome.deferred = True
+        outcome.error = f"could not be moved to .rejected ({exc.strerror or exc}): {reason}"
+        return True
 
 
 def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
     """One pass over the inbox: validate every file, insert all good rows in one transaction
     (idempotently, in file order), then archive the good files and reject the bad ones."""
-    report = IngestReport()
+    entries, unlisted = _candidates(settings.paths.inbox)
+    report = IngestReport(unlisted)
     accepted: list[tuple[FileOutcome, str, str, int]] = []  # outcome, folder, source, rows
     rows: list[dict] = []
-    for path, folder in _candidates(settings.paths.inbox):
+    for path, folder in entries:
         outcome = FileOutcome(path)
-        report.files.append(outcome)
         try:
-            if not folder:
-                raise EnvelopeError("files belong in inbox/<channel>/, not the inbox root")
-            file_rows = read_file(path, settings, folder_channel=folder)
+            file_rows = _read_entry(path, folder, settings)
+        except FileNotFoundError:
+            continue  # gone: taken by another ingester, or renamed by its writer
+        except Deferred as exc:
+            outcome.deferred, outcome.error = True, str(exc)
         except EnvelopeError as exc:
-            outcome.error = str(exc)
-            try:
-                fresh = time.time() - os.lstat(path).st_mtime < _SETTLE_S
-            except FileNotFoundError:
+            if not _reject_or_defer(outcome, str(exc), settings, folder):
                 continue
-            if fresh and isinstance(exc, UnparsableFile):
-                outcome.deferred = True  # probably still being written; look again next pass
-                continue
-            _reject(path, outcome.error, settings, folder or "_root")
-            continue
         except OSError as exc:
-            outcome.error = f"unreadable: {exc.strerror or exc}"
-            _reject(path, outcome.error, settings, folder or "_root")
-            continue
-        source = f"inbox/{folder}/{path.name}"
-        rows += [{**row, "source": source} for row in file_rows]
-        accepted.append((outcome, folder, source, len(file_rows)))
+            if not _reject_or_defer(outcome, f"unreadable: {exc.strerror or exc}", settings, folder):
+                continue
+        else:
+            source = f"inbox/{printable(folder)}/{printable(path.name)}"
+            rows += [{**row, "source": source} for row in file_rows]
+            accepted.append((outcome, folder, source, len(file_rows)))
+        report.files.append(outcome)
     if not accepted:
         return report
     result = db.run(enqueue_rows, rows, "inbox")
     for outcome, folder, source, count in accepted:  # only after the commit
         outcome.accepted = result.inserted_by_source.get(source, 0)
         outcome.duplicates = count - outcome.accepted
-        _archive(outcome.path, settings, folder)
+        try:
+            _archive(outcome.path, settings, folder)
+        except OSError as exc:  # its rows are in: the next pass finds them duplicates and retries
+            outcome.deferred = True
+            outcome.error = f"ingested, but not moved to .ingested yet ({exc.strerror or exc})"
     return report
 
 
@@ -220,8 +348,8 @@ def ingest_path(path: Path, settings: Settings, db: Database, history: bool = Fa
             outcome.error = f"unreadable: {exc.strerror or exc}"
             continue
         if history:
-            result = db.run(import_history, rows, f"import:{file.name}")
+            result = db.run(import_history, rows, f"import:{printable(file.name)}")
         else:
-            result = db.run(enqueue_rows, rows, f"import:{file.name}")
+            result = db.run(enqueue_rows, rows, f"import:{printable(file.name)}")
         outcome.accepted, outcome.duplicates = len(result.inserted), result.duplicates
     return report

@@ -9,7 +9,7 @@ from dagster import (
     sensor,
 )
 
-from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.ingest.inbox import ingest_inbox, printable
 from cortex_pipelines.jobs import process_messages
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.processing import request_processing
@@ -27,7 +27,9 @@ def inbox_sensor(context: SensorEvaluationContext, cortex: CortexResource):
     db = cortex.database()
     report = ingest_inbox(settings, db)
     for outcome in report.rejected:
-        context.log.warning(f"rejected {outcome.path.name}: {outcome.error}")
+        context.log.warning(f"rejected {printable(outcome.path.name)}: {outcome.error}")
+    for outcome in report.deferred:  # looked at again next tick
+        context.log.info(f"deferred {printable(outcome.path.name)}: {outcome.error}")
     events = []
     if report.accepted or report.rejected:
         events.append(
