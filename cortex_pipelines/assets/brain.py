@@ -11,6 +11,7 @@ from dagster import (
 )
 
 from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.storage import bus, lease, usage
 
@@ -62,7 +63,7 @@ def no_failed_messages(cortex: CortexResource) -> AssetCheckResult:
     failed = db.query_dicts(
         "SELECT id, channel, error FROM bus WHERE state = 'failed' ORDER BY id DESC LIMIT 20"
     )
-    preview = "\n".join(f"- #{f['id']} {f['channel']}: {f['error']}" for f in failed)
+    preview = "\n".join(f"- #{f['id']} {f['channel']}: {one_line(f['error'] or '', 300)}" for f in failed)
     return AssetCheckResult(
         passed=not failed,
         severity=AssetCheckSeverity.ERROR,

@@ -30,6 +30,7 @@ from cortex_pipelines.memory.pipeline import (
     sync_facts,
 )
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC
+from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import CortexResource
 
 MEMORY_POOL = "cortex_memory"
@@ -46,7 +47,7 @@ def _fact_table(db, ids: list[int]) -> str:
     )
     lines = ["| id | category | imp | fact | sources |", "|---|---|---|---|---|"]
     lines += [
-        f"| {r['id']} | {r['category']} | {r['importance']:g} | {r['text'].replace('|', '/')[:120]} "
+        f"| {r['id']} | {r['category']} | {r['importance']:g} | {one_line(r['text'], 120)} "
         f"| {', '.join(map(str, r['sources']))} |"
         for r in rows
     ]
@@ -111,7 +112,10 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
 )
 def channel_summaries(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     report = compact_idle_channels(cortex.database(), cortex.settings(), cortex.memory_llm())
-    preview = "\n".join(f"- **{c}**: {s}" for c, s in report.summaries.items()) or "_nothing idle_"
+    preview = (
+        "\n".join(f"- **{one_line(c, 64)}**: {one_line(s, 500)}" for c, s in report.summaries.items())
+        or "_nothing idle_"
+    )
     return MaterializeResult(
         metadata={
             "compacted_channels": len(report.compacted),
@@ -194,7 +198,10 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
 def observations(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     db = cortex.database()
     report = observe(db, cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm())
-    preview = "\n".join(f"- {o.text} _({o.evidence}; messages {list(o.sources)[:8]})_" for o in report.found)
+    preview = "\n".join(
+        f"- {one_line(o.text, 300)} _({one_line(o.evidence, 200)}; messages {list(o.sources)[:8]})_"
+        for o in report.found
+    )
     return MaterializeResult(
         metadata={
             "observations": len(report.found),

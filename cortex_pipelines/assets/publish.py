@@ -31,6 +31,7 @@ from cortex_pipelines.publish.outputs import (
     set_state,
     state,
 )
+from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.publish.store import (
     add_decisions,
     load_decisions,
@@ -74,7 +75,7 @@ def _file_result(context: AssetExecutionContext, result: Published, **extra) -> 
             "changed": result.changed,
             "chars": result.chars,
             "words": result.words,
-            **({"warning": result.warning} if result.warning else {}),
+            **({"warning": one_line(result.warning, 500)} if result.warning else {}),
             **extra,
             "preview": MetadataValue.md(result.content[:PREVIEW_CHARS] or "_not written yet_"),
         }
@@ -111,7 +112,7 @@ def threads(context: AssetExecutionContext, cortex: CortexResource) -> Materiali
     open_ = [t for t in current if t.status == "open"]
     table = "\n".join(
         ["| status | priority | thread | mood |", "|---|---|---|---|"]
-        + [f"| {t.status} | {t.priority} | {t.title} | {t.mood} |" for t in current[:50]]
+        + [f"| {t.status} | {t.priority} | {one_line(t.title, 120)} | {t.mood} |" for t in current[:50]]
     )
     return MaterializeResult(
         metadata={
@@ -147,10 +148,7 @@ def decisions(context: AssetExecutionContext, cortex: CortexResource) -> Materia
     db.run(save)
     table = "\n".join(
         ["| when | impact | what |", "|---|---|---|"]
-        + [
-            f"| {d.decided_at:%Y-%m-%d %H:%M} | {d.impact} | {' '.join(d.what.split())[:120]} |"
-            for d in found
-        ]
+        + [f"| {d.decided_at:%Y-%m-%d %H:%M} | {d.impact} | {one_line(d.what, 120)} |" for d in found]
     )
     return MaterializeResult(
         metadata={

@@ -14,6 +14,8 @@ from cortex_pipelines.files import write_atomic
 from cortex_pipelines.llm.base import LLMClient, LLMRequest
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.recall import keywords
+from cortex_pipelines.publish.outputs import redact
+from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, utcnow
 
 SNAPSHOT_TURNS = 12
@@ -33,21 +35,21 @@ def _offline_summary(turns: list[dict], previous: str | None) -> str:
     words = Counter(w for t in turns if t["role"] == "user" for w in keywords(t["content"]))
     topics = ", ".join(w for w, _ in words.most_common(5)) or "small talk"
     last = next((t for t in reversed(turns) if t["role"] == "user"), turns[-1])
-    line = " ".join(last["content"].split())[:120]
+    line = " ".join(redact_secrets(last["content"]).split())[:120]
     return f"{len(turns)} recent message(s) about {topics}; last from the user: “{line}”"
 
 
-def _snapshot(path: Path, by_channel: dict[str, list[dict]]) -> None:
+def _snapshot(path: Path, by_channel: dict[str, list[dict]], settings: Settings) -> None:
+    """out/hot-snapshot.md is published (BOOTSTRAP.md embeds it): every turn is one escaped,
+    redacted line."""
     lines = ["# Hot snapshot", "", f"Written {utcnow():%Y-%m-%d %H:%M} UTC before compaction.", ""]
     for channel, turns in by_channel.items():
-        lines.append(f"## {channel}")
+        lines.append(f"## {one_line(channel, 64)}")
         for t in turns[-SNAPSHOT_TURNS:]:
             who = "user" if t["role"] == "user" else "agent"
-            lines.append(
-                f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {' '.join(t['content'].split())[:300]} (msg {t['id']})"
-            )
+            lines.append(f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {one_line(t['content'], 300)} (msg {t['id']})")
         lines.append("")
-    write_atomic(path, "\n".join(lines))
+    write_atomic(path, redact("\n".join(lines), settings))
 
 
 def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
@@ -79,7 +81,7 @@ def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | Non
     if by_channel:
         report.snapshot = settings.paths.out / "hot-snapshot.md"
         try:
-            _snapshot(report.snapshot, by_channel)
+            _snapshot(report.snapshot, by_channel, settings)
         except OSError:
             report.snapshot = None  # graceful: the summary is still written to DuckDB
     for channel in idle:
@@ -121,4 +123,4 @@ def _summarize(
     )
     response = complete_recorded(db, llm, request, asset="channel_summaries")
     report.llm_calls += 1
-    return " ".join(response.text.split())[:500] or _offline_summary(turns, previous)
+    return " ".join(redact_secrets(response.text).split())[:500] or _offline_summary(turns, previous)

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines.publish.narrative import PRIORITY_MARK, PRIORITY_ORDER
+from cortex_pipelines.publish.safe import one_line
 
 TRUNCATED = "\n[…truncated]"
 BUDGETS = {
@@ -25,6 +26,7 @@ BUDGETS = {
     "pins": 1000,
     "footer": 500,
 }
+FIELD_CHARS = 1000  # one summary, decision or pin: never more than the section it sits in
 SNAPSHOT_FRESH = timedelta(hours=1)
 NARRATIVE_FRESH = timedelta(hours=36)
 MODES = [
@@ -79,11 +81,11 @@ def _threads(threads: list[dict], limit: int) -> str:
     lines = [f"## Active threads ({len(shown)} of {len(open_)})"]
     each = (BUDGETS["threads"] - 100) // max(1, len(shown))  # every top thread gets its share
     for t in shown:
-        block = [f"### {PRIORITY_MARK.get(t['priority'], '')} {t['title'][:120]} [{t['priority']}]"]
+        block = [f"### {PRIORITY_MARK.get(t['priority'], '')} {one_line(t['title'], 120)} [{t['priority']}]"]
         if t["summary"]:
-            block.append(t["summary"])
+            block.append(one_line(t["summary"], FIELD_CHARS))
         if t["waiting_for"]:
-            block.append(f"Waiting for: {t['waiting_for']}")
+            block.append(f"Waiting for: {one_line(t['waiting_for'], 200)}")
         block.append(
             f"Last activity {t['last_activity']:%Y-%m-%d %H:%M}; mood {t['mood']}; "
             f"msg {', '.join(map(str, t['sources'][-3:]))}"
@@ -126,14 +128,15 @@ def render(data: BootInputs, max_chars: int, max_threads: int) -> str:
     sections.append(clip(_threads(data.threads, max_threads), BUDGETS["threads"]))
     decisions = [f"## Recent decisions ({len(data.decisions)})"]
     decisions += [
-        f"- {d['decided_at']:%Y-%m-%d} [{d['impact']}] {' '.join(d['what'].split())} (msg {d['source']})"
+        f"- {d['decided_at']:%Y-%m-%d} [{d['impact']}] {one_line(d['what'], FIELD_CHARS)} (msg {d['source']})"
         for d in data.decisions
     ] or ["- none in the last 14 days"]
     sections.append(clip("\n".join(decisions), BUDGETS["decisions"]))
     pins = ["## Pinned (working memory)"]
-    pins += [f"- {('[' + p['label'] + '] ') if p['label'] else ''}{p['text']}" for p in data.pins] or [
-        "- nothing pinned"
-    ]
+    pins += [
+        f"- {('[' + one_line(p['label'], 40) + '] ') if p['label'] else ''}{one_line(p['text'], FIELD_CHARS)}"
+        for p in data.pins
+    ] or ["- nothing pinned"]
     sections.append(clip("\n".join(pins), BUDGETS["pins"]))
     footer = "---\n" + " · ".join(f"{k}: {v}" for k, v in data.counts.items())
     sections.append(clip(footer, BUDGETS["footer"]))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, estimate_tokens
+from cortex_pipelines.publish.safe import document, one_line
 from cortex_pipelines.storage import Database, usage
 
 SECTIONS = [
@@ -22,6 +23,7 @@ SECTIONS = [
     ("Decisions", ("decision",), 8),
     ("Preferences", ("preference",), 10),
 ]
+FACT_CHARS = 400  # a fact is a sentence or two; a pasted wall of text is cut
 BULLETIN_SYSTEM = """You are the cortex of a personal agent. Rewrite the typed memory below into a \
 brief memory bulletin of at most {words} words with the sections Identity, Recent events, Active \
 goals, Decisions and Preferences. Focus on high-importance memories, recent activity, ongoing goals \
@@ -41,8 +43,7 @@ def memory_rows(db: Database) -> list[dict]:
 def _line(fact: dict) -> str:
     ids = list(fact["sources"])
     shown = ", ".join(str(i) for i in ids[:3]) + (", …" if len(ids) > 3 else "")
-    text = " ".join(fact["text"].split())
-    return f"- {text} (src {shown})"
+    return f"- {one_line(fact['text'], FACT_CHARS)} (src {shown})"
 
 
 def render_typed(rows: list[dict], max_words: int) -> str:
@@ -82,7 +83,7 @@ def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settin
         max_tokens=min(2000, settings.bulletin_words * 3),
     )
     response = complete(request)
-    text = response.text.strip()
+    text = document(response.text).strip()
     if not text.startswith("# Memory Bulletin"):
         text = "# Memory Bulletin\n\n" + text
     return text + "\n", response

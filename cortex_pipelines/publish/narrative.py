@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.publish.tracking import PRIORITY_ORDER
 from cortex_pipelines.storage import Database
 
@@ -52,11 +53,6 @@ def inputs(db: Database, anchor: datetime) -> dict:
     }
 
 
-def _short(text: str, n: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
-
-
 def render(data: dict) -> str:
     anchor, since = data["anchor"], data["since"]
     closed = [
@@ -73,32 +69,32 @@ def render(data: dict) -> str:
         "",
     ]
     out.append("## Completed threads")
-    out += [f"- ✅ {_short(t['title'], 80)} (closed {t['closed_at']:%m-%d %H:%M})" for t in closed] or [
+    out += [f"- ✅ {one_line(t['title'], 80)} (closed {t['closed_at']:%m-%d %H:%M})" for t in closed] or [
         "- none"
     ]
     out += ["", "## Open threads"]
     for t in open_:
-        wait = f"; waiting for {_short(t['waiting_for'], 60)}" if t["waiting_for"] else ""
+        wait = f"; waiting for {one_line(t['waiting_for'], 60)}" if t["waiting_for"] else ""
         out.append(
-            f"- {PRIORITY_MARK.get(t['priority'], '')} {_short(t['title'], 80)} [{t['priority']}]{wait}"
+            f"- {PRIORITY_MARK.get(t['priority'], '')} {one_line(t['title'], 80)} [{t['priority']}]{wait}"
         )
     if not open_:
         out.append("- none")
     out += ["", "## Decisions"]
     out += [
-        f"- {_short(d['what'], 160)} ({d['impact']}; {d['who'] or 'unknown'}, "
+        f"- {one_line(d['what'], 160)} ({d['impact']}; {one_line(d['who'] or 'unknown', 40)}, "
         f"{d['decided_at']:%m-%d %H:%M}) (msg {d['source']})"
         for d in data["decisions"]
     ] or ["- none"]
     out += ["", "## Delegated work"]
     for op in data["ops"]:
-        result = f": {_short(op['result'], 160)}" if op["result"] else ""
-        out.append(f"- {_short(op['description'], 100)} → {op['status']}{result}")
+        result = f": {one_line(op['result'], 160)}" if op["result"] else ""
+        out.append(f"- {one_line(op['description'], 100)} → {op['status']}{result}")
     if not data["ops"]:
         out.append("- none")
     out += ["", "## Timeline"]
     out += [
-        f"- {t['ts']:%m-%d %H:%M} {t['channel']}: {_short(t['content'], 100)} (msg {t['id']})"
+        f"- {t['ts']:%m-%d %H:%M} {one_line(t['channel'], 32)}: {one_line(t['content'], 100)} (msg {t['id']})"
         for t in data["timeline"]
     ] or ["- no activity"]
     return "\n".join(out) + "\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.publish.safe import REDACTED, SECRET_PATTERNS, redact_secrets
 from cortex_pipelines.storage import Database, utcnow
 
 FILES = {
@@ -24,28 +25,18 @@ FILES = {
     "memory_bulletin": "memory_bulletin.md",
 }
 
-SECRET_PATTERNS = [
-    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9]{20,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"),
-    re.compile(r"\bxox[baprs]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-    re.compile(r"(?i)\b(api[_-]?key|secret|password|token)\s*[:=]\s*\S{8,}"),
-]
-
 
 def digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def redact(text: str, settings: Settings) -> str:
-    """Published files must never carry a credential, even one a user pasted into a chat."""
-    for pattern in SECRET_PATTERNS:
-        text = pattern.sub("[redacted]", text)
+    """Published files must never carry a credential, even one a user pasted into a chat. The
+    configured key goes with anything that starts like it: a field cut short may hold its prefix."""
+    text = redact_secrets(text)
     key = settings.resolved_api_key()
     if key and len(key) >= 8:
-        text = text.replace(key, "[redacted]")
+        text = re.sub(re.escape(key[:8]) + r"\S*", REDACTED, text)
     return text
 
 

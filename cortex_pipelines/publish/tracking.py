@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from cortex_pipelines.publish.safe import redact_secrets
+
 ThreadStatus = Literal["open", "closed"]
 Priority = Literal["critical", "high", "medium", "low"]
 PRIORITY_ORDER: dict[str, int] = {"critical": 0, "high": 1, "medium": 2, "low": 3}
@@ -248,6 +250,12 @@ def strip_quotes(text: str) -> str:
     return "\n".join(kept)
 
 
+def _said(turn: TurnIn) -> str:
+    """What a turn says for tracking: quotes dropped, and credentials redacted while whole, since
+    summaries and excerpts are cut and kept in DuckDB, where a cut token would be a leaked prefix."""
+    return redact_secrets(strip_quotes(turn.text))
+
+
 def _collapse(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
@@ -406,7 +414,7 @@ def _touch(thread: Thread, turn: TurnIn, mood: str) -> None:
 
 
 def _apply_turn(threads: list[Thread], turn: TurnIn, languages: Sequence[str]) -> None:
-    text = strip_quotes(turn.text)
+    text = _said(turn)
     signals = extract_signals(text, languages)
     mood = detect_mood(text)
     touched: dict[int, Thread] = {}
@@ -499,7 +507,7 @@ def extract_decisions(
     seen: list[tuple[str, datetime]] = [(_normalize(d.what), d.decided_at) for d in existing]
     found: list[Decision] = []
     for turn in turns:
-        text = strip_quotes(turn.text)
+        text = _said(turn)
         for lo, hi, cue in _decision_spans(text, patterns):
             what = _collapse(text[lo:hi])
             key = _normalize(what)

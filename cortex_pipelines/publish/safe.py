@@ -1,0 +1,94 @@
+"""Untrusted text on its way into a published file or a Dagster preview.
+
+Senders, message texts, fact texts and model output are written by whoever can reach an inbox. A
+newline in a sender id forged a heading and a decision line in narrative.md; `<script>` reached the
+bulletin; a line cut before it was redacted leaked a token's prefix. So every such field goes
+through `one_line`, in this order: redact (while the secret is whole), collapse to one line,
+escape, and only then shorten.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "[redacted]"
+_NOT_REDACTED = r"(?!\[redacted\])"
+# Words that announce a secret, then what counts as its value: anything after ":" or "=", but only a
+# long token with a digit after "is" or a space ("the token is 3f9a…", not "the token is missing").
+_SECRET_WORD = (
+    r"(?i:\b(?:api[_ -]?key|access[_ -]?key|secret(?:[_ -]?key)?|client[_ -]?secret|private[_ -]?key"
+    r"|password|passwd|passphrase|pwd|(?:auth|access|refresh|bot)[_ -]?token|token)s?\b)"
+)
+SECRET_PATTERNS = [
+    # PEM blocks first, while their lines are still lines; an unterminated one runs to the end.
+    re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+        re.DOTALL,
+    ),
+    re.compile(r"sk-ant-[A-Za-z0-9_-]+"),  # Anthropic, any length: a cut one is still a prefix
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),  # OpenAI (sk-, sk-proj-, sk-svcacct-)
+    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
+    re.compile(r"\b(?:xox[abprs]|xapp)-[A-Za-z0-9-]{10,}"),  # Slack
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
+    re.compile(r"(?<![\w:])\d{8,10}:[A-Za-z0-9_-]{35}(?![\w-])"),  # Telegram bot tokens
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWTs
+    re.compile(r"(?i)\bbearer\s+" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9._~+/=-]{12,})"),
+    re.compile(_SECRET_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]{6,})"),
+    re.compile(
+        _SECRET_WORD
+        + r"(?:\s+(?:is|was|are))?\s+[\"']?"
+        + r"(?P<secret>(?=[A-Za-z0-9+/=_-]*\d)[A-Za-z0-9+/=_-]{16,})"
+    ),
+]
+
+_INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_INLINE = re.compile(r"[\\`<>|]|&(?=#?\w+;)|\[(?=\[)|\](?=[\](])")
+_INLINE_ESCAPES = {"\\": "\\\\", "`": "\\`", "<": "&lt;", ">": "&gt;", "|": "\\|", "&": "&amp;"}
+# What makes a line start a heading, list, quote, fence, table, setext underline or link definition.
+_LINE_START = re.compile(r"^(?:[#*+=~-]|\[(?!redacted\])|\d+(?=[.)]))")
+_PARTIAL_ESCAPE = re.compile(r"(?:\\+|&[#\w]*)$")
+
+
+def _redact_match(match: re.Match) -> str:
+    if "secret" not in match.re.groupindex:
+        return REDACTED
+    start, end = match.span("secret")
+    text, offset = match.group(0), match.start()
+    return text[: start - offset] + REDACTED + text[end - offset :]
+
+
+def redact_secrets(text: str) -> str:
+    """Credentials replaced by [redacted], whole: call it before anything cuts the text."""
+    for pattern in SECRET_PATTERNS:
+        text = pattern.sub(_redact_match, text)
+    return text
+
+
+def escape(text: str) -> str:
+    """One line of text that markdown and HTML show as written: no tags, code spans, table cells,
+    links, output directives ([[…]]) or line-start markup."""
+    text = _INLINE.sub(lambda m: _INLINE_ESCAPES.get(m.group(), m.group() + "\\"), text)
+    start = _LINE_START.match(text)
+    if start:
+        text = text[: start.end()] + "\\" + text[start.end() :] if start.group().isdigit() else "\\" + text
+    return text
+
+
+def one_line(text: object, limit: int) -> str:
+    """Untrusted text as one published field: redacted, on one line, escaped, at most `limit`
+    characters (cut with "…", never inside an escape)."""
+    if limit < 2:
+        raise ValueError("limit must leave room for the text and the cut marker")
+    text = escape(" ".join(_INVISIBLE.sub(" ", redact_secrets(str(text))).split()))
+    if len(text) <= limit:
+        return text
+    return _PARTIAL_ESCAPE.sub("", text[: limit - 1]).rstrip() + "…"
+
+
+def document(markdown: str) -> str:
+    """Markdown written by a model (the synthesized bulletin): its headings and lists stay, but no
+    secret, tag, output directive or invisible character gets through."""
+    return "\n".join(
+        _INVISIBLE.sub(" ", line).replace("<", "&lt;").replace(">", "&gt;").replace("[[", "[\\[")
+        for line in redact_secrets(markdown).splitlines()
+    )
