@@ -172,21 +172,35 @@ def run(
         late = sum(f.late for f in fired)
         out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
     _report(ingest_inbox(settings, db))
-    before = db.query("SELECT coalesce(max(id), 0) FROM outbox")[0][0]
+    before = outbox.last_id(db)
 
     from dagster import DagsterInstance
 
+    from cortex_pipelines.assets.brain import BRAIN_POOL
+    from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
+    from cortex_pipelines.lanes import reap_dead_runs, wait_for_pools
 
     os.environ.update(dagster_env(settings))
     with DagsterInstance.get() as instance:
+        pools = (BRAIN_POOL, MEMORY_POOL)
+        for dead in reap_dead_runs(instance, pools):
+            _say(f"recovered: {dead.describe()}")
+        try:
+            wait_for_pools(
+                instance,
+                pools,
+                lambda runs: _say(f"waiting for run(s) {', '.join(r[:8] for r in runs)} to finish"),
+            )
+        except KeyboardInterrupt:
+            _fail("interrupted while waiting for another run; nothing was started", code=130)
         level = "DEBUG" if verbose else "WARNING"
         result = defs.resolve_job_def("cortex_main").execute_in_process(
             instance=instance,
             raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": level}}}},
         )
-    replies = db.query_dicts("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [before])
+    replies = outbox.added_after(db, before)
     for reply in replies:
         out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
         _say(reply["text"])

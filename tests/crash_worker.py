@@ -13,8 +13,9 @@ the N-th message it processes:
   before_commit              in Brain._commit (inside the open transaction), before any write
   mid_commit                 in Brain._commit right after bus.mark_completed, before COMMIT
   after_commit               right after Brain._process returned (the commit is durable)
-  between_outbox_and_export  drain(max_messages=N), killed as export_files starts
-  mid_export                 drain(max_messages=N), killed after export_files wrote one file
+  between_outbox_and_export  as the export of the N-th message's reply starts (committed, no file)
+  mid_export                 after the N-th message's reply file was written, before it is
+                             marked exported
 
 For before_llm/after_llm, CALL (default 1) picks which LLM call of that message: a message that
 used a tool makes two, so "before_llm N 2" dies after the tool ran and before the second call.
@@ -68,7 +69,7 @@ KILL_POINTS = (
 )
 # Points at which the killed message is still 'processing' (the next drain recovers it).
 MID_MESSAGE = frozenset({"before_llm", "after_llm", "before_commit", "mid_commit"})
-# Points that stop a drain of N messages during its final outbox export.
+# Points inside the outbox export that follows the N-th message's commit.
 EXPORT_POINTS = frozenset({"between_outbox_and_export", "mid_export"})
 INGEST_POINTS = ("ingest_before_insert", "ingest_mid_insert", "ingest_after_commit", "ingest_mid_reject")
 LANCEDB_POINTS = (
@@ -202,8 +203,12 @@ def install(kill_point: str, n: int, state: dict) -> None:
 
     if kill_point == "between_outbox_and_export":
 
+        original_export = outbox_store.export_files
+
         def export_files(db, paths):
-            die(f"between_outbox_and_export after {state['message_no']} message(s)")
+            if state["message_no"] == n:
+                die(f"between_outbox_and_export after {n} message(s)")
+            return original_export(db, paths)
 
         loop.outbox.export_files = export_files
 
@@ -212,7 +217,8 @@ def install(kill_point: str, n: int, state: dict) -> None:
 
         def write_atomic(path, content):
             original_write(path, content)
-            die(f"mid_export after writing {Path(path).name}")
+            if state["message_no"] == n:
+                die(f"mid_export after writing {Path(path).name}")
 
         outbox_store.write_atomic = write_atomic
 
@@ -327,8 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     state = {"message_no": 0, "calls_this_message": 0, "bus_id": None}
     install(kill_point, n, state)
     client = CountingClient(OfflineClient(), state, kill_point, n, call)
-    max_messages = n if kill_point in EXPORT_POINTS else None
-    report = Brain(db, settings, client).drain(max_messages=max_messages)
+    report = Brain(db, settings, client).drain()
     print(
         f"crash_worker: kill point {kill_point} not reached; processed={report.processed} "
         f"llm_calls={client.calls}",

@@ -3,6 +3,8 @@
 A message's reply, outbox rows, op acknowledgements and completion commit in one DuckDB
 transaction, so a crash at any point before that commit leaves the message in 'processing';
 the next drainer (after taking the lease) puts it back in the queue and answers it exactly once.
+Each reply's file is exported right after its commit; a drainer first exports whatever a killed
+one committed and never exported.
 No connection is held while the LLM thinks.
 """
 
@@ -101,6 +103,7 @@ class Brain:
         report = DrainReport()
         lease.acquire(self.db, holder="drain", timeout_s=self.settings.lease_timeout_s)
         try:
+            outbox.export_files(self.db, self.settings.paths)  # what a killed drainer committed
             self._startup_cleanup(report)
             with self.db.burst():  # a message's 4-5 short transactions share one attachment
                 while max_messages is None or report.processed < max_messages:
@@ -111,7 +114,6 @@ class Brain:
                     self._process(msg, report)
         finally:
             lease.release(self.db)
-            outbox.export_files(self.db, self.settings.paths)
         return report
 
     def _startup_cleanup(self, report: DrainReport) -> None:
@@ -177,6 +179,7 @@ class Brain:
         output = parse(response.text, reply_channel(msg))
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
+        outbox.export_files(self.db, self.settings.paths)  # a connector sees the reply at once
         report.completed += 1
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})

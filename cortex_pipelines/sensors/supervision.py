@@ -1,4 +1,5 @@
-"""The supervision sensor (seed 004): requeues messages stuck in processing, fails delegated work
+"""The supervision sensor (seed 004): fails runs whose process died and frees their pool slots,
+exports replies a killed run committed, requeues messages stuck in processing, fails delegated work
 past its deadline, and records brain-lane runs that outlive their max runtime (run monitoring in
 the shipped dagster.yaml fails them)."""
 
@@ -6,10 +7,14 @@ from datetime import UTC, datetime
 
 from dagster import DefaultSensorStatus, RunsFilter, SensorEvaluationContext, SkipReason, sensor
 
+from cortex_pipelines.assets.brain import BRAIN_POOL
+from cortex_pipelines.assets.memory import MEMORY_POOL
 from cortex_pipelines.jobs import BRAIN_LANE, MAX_RUNTIME_S, process_messages
+from cortex_pipelines.lanes import reap_dead_runs
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.processing import ACTIVE, request_processing
+from cortex_pipelines.storage import outbox
 
 
 @sensor(
@@ -20,6 +25,9 @@ from cortex_pipelines.sensors.processing import ACTIVE, request_processing
 )
 def supervision(context: SensorEvaluationContext, cortex: CortexResource):
     settings, db = cortex.settings(), cortex.database()
+    for dead in reap_dead_runs(context.instance, [BRAIN_POOL, MEMORY_POOL]):
+        context.log.warning(dead.describe())
+    outbox.export_files(db, settings.paths)  # replies a killed run committed but never exported
     runs = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=10)
     now = datetime.now(UTC).timestamp()
     hung = [

@@ -10,6 +10,7 @@ import os
 import socket
 from datetime import timedelta
 
+from cortex_pipelines import processes
 from cortex_pipelines.storage.db import Database, utcnow
 
 NAME = "brain"
@@ -19,20 +20,10 @@ class BrainBusy(RuntimeError):
     """Another live process is draining the bus; it will take the new messages too."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stale(row: tuple, timeout_s: float) -> bool:
     _, host, pid, beat = row
     return utcnow() - beat > timedelta(seconds=timeout_s) or (
-        host == socket.gethostname() and not _alive(pid)
+        host == socket.gethostname() and not processes.alive(pid)
     )
 
 

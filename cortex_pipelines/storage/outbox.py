@@ -1,6 +1,7 @@
 """Replies waiting for delivery. Rows are written in the same transaction that completes the
-message; files under outbox/<channel>/ are exported afterwards and re-exported after a crash
-under the same name, so a connector never sees a reply twice."""
+message; each file under outbox/<channel>/ is exported right after that commit (or by the next
+process, after a crash in between) under a name fixed by the row id, so a connector never sees a
+reply twice."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ def waiting(db: Database, channel: str | None = None) -> list[dict]:
         "SELECT id, channel, text, reply_to, created_at FROM outbox "
         "WHERE delivered_at IS NULL AND (? IS NULL OR channel = ?) ORDER BY id",
         [channel, channel],
+    )
+
+
+def last_id(db: Database) -> int:
+    return db.query("SELECT coalesce(max(id), 0) FROM outbox")[0][0]
+
+
+def added_after(db: Database, outbox_id: int) -> list[dict]:
+    return db.query_dicts(
+        "SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [outbox_id]
     )
 
 

@@ -1,0 +1,103 @@
+"""Keep the run lanes moving when a run dies without its bookkeeping.
+
+A SIGKILLed run never reports its own end: Dagster keeps its record STARTED (which the brain-lane
+tag limit counts as busy) and its steps' pool slots claimed (which blocks every later run's step
+in that pool). Every run of ours records its pid in an engine event ("Started process for run",
+"Executing steps in process"), so a run whose process is gone is failed here and its slots freed.
+
+Only runs on this machine can be judged by pid: with any launcher other than Dagster's default
+(which runs every run on the code server's host) nothing is reaped, and run monitoring stays the
+only safety net.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.launcher import DefaultRunLauncher
+
+from cortex_pipelines import processes
+
+IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class DeadRun:
+    run_id: str
+    job_name: str
+    pid: int
+
+    def describe(self) -> str:
+        return f"run {self.run_id[:8]} ({self.job_name}, pid {self.pid}) died: marked failed, its slots freed"
+
+
+def run_process(instance: DagsterInstance, run_id: str) -> tuple[int, float] | None:
+    """The pid the run last reported and when (Unix time), or None before it reported one."""
+    records = instance.get_records_for_run(
+        run_id, of_type=DagsterEventType.ENGINE_EVENT, ascending=False, limit=50
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        data = event.engine_event_data if event else None
+        pid = data.metadata.get("pid") if data else None
+        if pid is not None and str(pid.value).isdigit():
+            return int(pid.value), record.event_log_entry.timestamp
+    return None
+
+
+def reap_dead_runs(instance: DagsterInstance, pools: Iterable[str] = ()) -> list[DeadRun]:
+    """Fail every in-flight run whose process is gone and free its pool slots; free the slots
+    that finished runs still hold in `pools`. Safe to call from several processes at once."""
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return []
+    dead: list[DeadRun] = []
+    for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
+        found = run_process(instance, run.run_id)
+        if found is None or processes.alive(*found):
+            continue
+        current = instance.get_run_by_id(run.run_id)
+        if current is None or current.status not in IN_FLIGHT:
+            continue  # another process reaped it, or it ended after all
+        instance.report_run_failed(
+            current, message=f"Cortex: the run's process (pid {found[0]}) is gone; marked failed"
+        )
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        dead.append(DeadRun(run.run_id, run.job_name, found[0]))
+    for pool in pools:
+        for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
+            holder = instance.get_run_by_id(run_id)
+            if holder is None or holder.is_finished:
+                instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+    return dead
+
+
+def live_holders(instance: DagsterInstance, pools: Iterable[str]) -> list[str]:
+    """Runs that hold a slot in any of `pools` right now (after dead ones are reaped)."""
+    reap_dead_runs(instance, pools)
+    return sorted(
+        {
+            run_id
+            for pool in pools
+            for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids
+        }
+    )
+
+
+def wait_for_pools(
+    instance: DagsterInstance, pools: Iterable[str], on_wait: Callable[[list[str]], None]
+) -> None:
+    """Block until no live run holds a slot in `pools`, reaping dead holders as they die.
+
+    Dagster's own wait for a pool slot defers SIGINT and SIGTERM until the step starts; this
+    wait runs before the run, so Ctrl-C and SIGTERM stop it at once."""
+    pools = list(pools)
+    told: list[str] = []
+    while holders := live_holders(instance, pools):
+        if holders != told:
+            on_wait(holders)
+            told = holders
+        time.sleep(POLL_S)
