@@ -20,9 +20,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
+from cortex_pipelines.memory.sentences import split_sentences
 from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"```.*?```", re.S)
 SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
 _MIN_CHARS, _MAX_CHARS = 12, 400
@@ -46,7 +46,7 @@ class InjectedText:
             for line in text.splitlines():
                 if SOURCE_NOTE.search(line):
                     continue  # a quote of the user's own words, with its provenance
-                for piece in _SENTENCE.split(line):
+                for piece in split_sentences(line):
                     norm = normalize(piece.lstrip("#->*• ").strip())
                     if len(norm) >= _MIN_CHARS:
                         lines.add(norm)
@@ -77,7 +77,7 @@ def own_text(text: str) -> str:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(own_text(text)) if s.strip()]
+    return split_sentences(own_text(text), at_newlines=True)
 
 
 def clean_fact(sentence: str) -> str:

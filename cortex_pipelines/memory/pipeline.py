@@ -3,7 +3,6 @@ in step with DuckDB. Plain functions; the Dagster assets call them."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,12 +20,12 @@ from cortex_pipelines.memory.extract import (
     extract_offline,
     extract_with_llm,
 )
+from cortex_pipelines.memory.sentences import split_sentences
 from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
 
 Log = Callable[[str], None]
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 EPISODIC_CURSOR = "episodic_indexed"
 EXTRACTION_CURSOR = "facts_extracted"
 
@@ -48,7 +47,7 @@ def speaker_line(sender: str | None, text: str) -> str:
 
 def sentence_lines(sender: str | None, text: str) -> list[str]:
     """Each sentence of a turn of several, with who said it; nothing for a one-sentence turn."""
-    sentences = [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+    sentences = split_sentences(text)
     return [speaker_line(sender, s) for s in sentences] if len(sentences) > 1 else []
 
 

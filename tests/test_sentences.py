@@ -1,0 +1,50 @@
+"""Sentences split where they end, not at abbreviations, initials or decimals; extraction keeps
+"Dr. Kahnwald" whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from cortex_pipelines.memory.extract import InjectedText, SourceTurn, extract_offline
+from cortex_pipelines.memory.pipeline import sentence_lines
+from cortex_pipelines.memory.sentences import split_sentences
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("My therapist is Dr. Kahnwald. She is kind.", ["My therapist is Dr. Kahnwald.", "She is kind."]),
+        ("Mr. and Mrs. Smith met Prof. Lee on St. James St. today.", None),
+        ("I reread J. R. R. Tolkien. It was long.", ["I reread J. R. R. Tolkien.", "It was long."]),
+        (
+            "Fruit, e.g. apples, i.e. the red ones, vs. pears. Yes.",
+            ["Fruit, e.g. apples, i.e. the red ones, vs. pears.", "Yes."],
+        ),
+        ("We meet at 9 a.m. tomorrow. Fine.", ["We meet at 9 a.m. tomorrow.", "Fine."]),
+        ("I wake at 7 a.m. Then I run.", ["I wake at 7 a.m.", "Then I run."]),
+        ("Apples, pears, etc. are fine. Sure.", ["Apples, pears, etc. are fine.", "Sure."]),
+        (
+            "I bring apples, pears, etc. My sister brings wine.",
+            ["I bring apples, pears, etc.", "My sister brings wine."],
+        ),
+        ("John Smith Jr. is my lawyer.", None),
+        ("Version 3.5 costs 2.50 EUR. Ok!", ["Version 3.5 costs 2.50 EUR.", "Ok!"]),
+        ("The answer is no. Really? Yes!", ["The answer is no.", "Really?", "Yes!"]),
+    ],
+)
+def test_sentences_are_not_cut_at_abbreviations(text, expected):
+    assert split_sentences(text) == (expected or [text])
+
+
+def test_the_therapist_fact_is_extracted_whole():
+    turn = SourceTurn(1, "webchat", "Remember that my therapist is Dr. Kahnwald. Thanks!", None)
+    (draft,) = extract_offline([turn], InjectedText([]))
+    assert draft.text == "My therapist is Dr. Kahnwald."
+
+
+def test_recall_sentence_vectors_use_the_same_splitter():
+    assert sentence_lines("maya", "I saw Dr. Kahnwald. It went well.") == [
+        "maya: I saw Dr. Kahnwald.",
+        "maya: It went well.",
+    ]
+    assert sentence_lines("maya", "I saw Dr. Kahnwald today.") == []
