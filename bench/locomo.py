@@ -137,6 +137,11 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
     with tempfile.TemporaryDirectory(prefix="locomo-") as tmp:
         home = Path(tmp) / "home"
         os.environ["CORTEX_HOME"] = str(home)
+        # Two people telling each other about their lives: both are owners, so what each says about
+        # themselves is extracted as it would be from the user.
+        home.mkdir()
+        speakers = sorted({r["sender"] for r in rows})
+        (home / "config.toml").write_text(f"[owners]\nwebchat = {json.dumps(speakers)}\n")
         settings = load_settings(home, llm_provider="offline")
         init_home(settings)
         db = Database(settings.paths.db)

@@ -18,11 +18,11 @@ from rich.console import Console
 
 from cortex_pipelines import clock
 from cortex_pipelines.clock import ClockError
-from cortex_pipelines.config import ConfigError, Settings, load_settings
+from cortex_pipelines.config import ConfigError, Settings, load_settings, parse_owners
 from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
-from cortex_pipelines.instance import dagster_env, init_home, status
+from cortex_pipelines.instance import add_owners, dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
@@ -91,13 +91,32 @@ def _print_json(value) -> None:
 
 
 @app.command()
-def init() -> None:
+def init(
+    owner: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--owner",
+            metavar="CHANNEL:ID",
+            help="a sender whose words are the user's (repeatable; kept in config.toml)",
+        ),
+    ] = None,
+) -> None:
     """Create $CORTEX_HOME, migrate the database, install dagster.yaml (idempotent)."""
     settings = _settings()
+    try:
+        owners = parse_owners(",".join(owner or []))
+    except ValueError as exc:
+        _fail(f"--owner: {exc}")
     written = init_home(settings)
+    added = add_owners(settings, owners)
+    settings = _settings()  # the edited config.toml must still load
     out.print(f"Cortex home ready at {settings.home}")
     for path in written:
         out.print(f"  wrote {path}")
+    for pair in added:
+        _say(f"  owner {pair} added to {settings.home / 'config.toml'}")
+    if owners and "CORTEX_OWNERS" in os.environ:
+        _say("  note: CORTEX_OWNERS is set and overrides the owners in config.toml", err)
 
 
 @app.command()

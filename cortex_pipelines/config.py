@@ -9,11 +9,12 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -26,10 +27,36 @@ BUILTIN_CHANNELS = frozenset(
 )
 
 ADMIN_CHANNEL = "admin"
+ROUTER_CHANNEL = "router"
+ANY_CHANNEL = "*"
+# Who the owner is when nothing says otherwise: `cortex send`'s default sender and the demo's persona on
+# every channel, and the router's own sender id for delegated results. A configured channel replaces its
+# entry; configuring "*" replaces the fallback for channels without one.
+DEFAULT_OWNERS: dict[str, tuple[str, ...]] = {ANY_CHANNEL: ("user", "maya"), ROUTER_CHANNEL: ("router",)}
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message is one line naming the key."""
+
+
+def check_owners(owners: dict[str, list[str]]) -> dict[str, list[str]]:
+    for name, senders in owners.items():
+        if name != ANY_CHANNEL and not re.match(CHANNEL_PATTERN, name):
+            raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN} or be '*'")
+        if any(not s.strip() for s in senders):
+            raise ValueError(f"{name}: an owner sender id is empty")
+    return owners
+
+
+def parse_owners(text: str) -> dict[str, list[str]]:
+    """'telegram:12345,webchat:user' → {"telegram": ["12345"], "webchat": ["user"]}; ValueError if bad."""
+    owners: dict[str, list[str]] = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        channel, sep, sender = (part.strip() for part in pair.partition(":"))
+        if not (sep and channel and sender):
+            raise ValueError(f"{pair!r} is not CHANNEL:SENDER_ID")
+        owners.setdefault(channel, []).append(sender)
+    return check_owners(owners)
 
 
 def cortex_home(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -48,6 +75,9 @@ class Settings(BaseSettings):
     channel_modes: dict[str, ChannelMode] = {}
     channels: list[str] = Field(default=[], description="extra channel names beyond the builtins")
     sender_allowlist: dict[str, list[str]] = {}
+    owners: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default={}, description="owner sender ids per channel, over DEFAULT_OWNERS"
+    )
 
     # Context budgets (seed 000)
     context_total_tokens: int = Field(16000, ge=1000)
@@ -139,6 +169,28 @@ class Settings(BaseSettings):
             if not re.match(CHANNEL_PATTERN, name):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
         return value
+
+    @field_validator("owners", mode="before")
+    @classmethod
+    def _owner_pairs(cls, value: object) -> object:
+        """CORTEX_OWNERS is "telegram:12345,webchat:user" (or a JSON object); config.toml a table."""
+        if isinstance(value, str):
+            return json.loads(value) if value.lstrip().startswith("{") else parse_owners(value)
+        return value
+
+    @field_validator("owners")
+    @classmethod
+    def _owner_channels(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        return check_owners(value)
+
+    def owner_ids(self, channel: str) -> frozenset[str]:
+        merged = {**DEFAULT_OWNERS, **self.owners}
+        return frozenset(merged.get(channel, merged[ANY_CHANNEL]))
+
+    def is_owner(self, channel: str, sender: str | None) -> bool:
+        """The owner's own words: the only source of facts about the user (the admin channel is the
+        owner's terminal). On the router channel, the senders whose results complete delegated ops."""
+        return channel == ADMIN_CHANNEL or (sender is not None and sender in self.owner_ids(channel))
 
     def mode_for(self, channel: str) -> ChannelMode:
         if channel == ADMIN_CHANNEL:  # the owner's own terminal (`cortex chat`) is always answered

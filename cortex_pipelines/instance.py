@@ -6,6 +6,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+import tomlkit  # comes with dagster; edits config.toml without losing comments
+
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory import store
@@ -38,6 +40,24 @@ def init_home(settings: Settings) -> list[Path]:
             write_atomic(target, body)
             written.append(target)
     return written
+
+
+def add_owners(settings: Settings, owners: dict[str, list[str]]) -> list[str]:
+    """Add owner sender ids to config.toml, keeping its other settings and comments; an id already
+    there is left alone, so running it again changes nothing. Returns the CHANNEL:ID pairs added."""
+    path = settings.home / "config.toml"
+    config = tomlkit.parse(path.read_text(encoding="utf-8")) if path.is_file() else tomlkit.document()
+    table = config.setdefault("owners", tomlkit.table())
+    added = []
+    for channel, senders in owners.items():
+        current = table.setdefault(channel, tomlkit.array())
+        for sender in senders:
+            if sender not in current:
+                current.append(sender)
+                added.append(f"{channel}:{sender}")
+    if added:
+        write_atomic(path, tomlkit.dumps(config))
+    return added
 
 
 def dagster_env(settings: Settings) -> dict[str, str]:

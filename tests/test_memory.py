@@ -414,14 +414,14 @@ def test_harvested_op_becomes_a_fact_with_both_source_turns(settings, db, vector
     ingest_inbox(settings, db)
     Brain(db, settings, OfflineClient()).drain()
 
-    op_ids, drafts = harvest_drafts(db)
+    op_ids, drafts = harvest_drafts(db, settings)
     assert op_ids == [op_id] and len(drafts) == 1
     written = remember(db, vectors, embedder, settings, drafts)
     mark_gardened(db, op_ids, settings.op_archive_days)
     fact = db.run(store.get, written.new[0])
     asked, answered = (r[0] for r in db.query("SELECT id FROM session WHERE role = 'user' ORDER BY id"))
     assert fact["sources"] == [asked, answered] and "Café Lua" in fact["text"]
-    assert harvest_drafts(db) == ([], [])  # gardened: never harvested twice
+    assert harvest_drafts(db, settings) == ([], [])  # gardened: never harvested twice
     long_ago = utcnow() - timedelta(days=settings.op_archive_days + 1)
     db.run(lambda con: con.execute("UPDATE pending_ops SET gardened_at = ?", [long_ago]))
     assert mark_gardened(db, [], settings.op_archive_days) == 1

@@ -147,7 +147,7 @@ def cold_memory(context: AssetExecutionContext, cortex: CortexResource) -> Mater
 )
 def harvested_ops(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     db, settings = cortex.database(), cortex.settings()
-    op_ids, drafts = harvest_drafts(db)
+    op_ids, drafts = harvest_drafts(db, settings)
     written = remember(db, cortex.vectors(), cortex.embedder(), settings, drafts) if drafts else None
     archived = mark_gardened(db, op_ids, settings.op_archive_days)
     new = written.new if written else []

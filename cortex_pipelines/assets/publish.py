@@ -17,6 +17,7 @@ from dagster import (
     asset_check,
 )
 
+from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMError
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import store as memory_store
@@ -47,21 +48,20 @@ from cortex_pipelines.publish.tracking import (
 )
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.storage import Database, utcnow
-from cortex_pipelines.storage.session import pins
+from cortex_pipelines.storage.session import inbound_after, pins
 
 _group = {"group_name": "publish"}
 PREVIEW_CHARS = 12000
 
 
-def _new_user_turns(db: Database, cursor_name: str) -> tuple[list[TurnIn], int]:
+def _new_user_turns(db: Database, settings: Settings, cursor_name: str) -> tuple[list[TurnIn], int]:
+    """The owner's new turns: threads and decisions in BOOTSTRAP.md are the user's, not a stranger's."""
     cursor = db.run(memory_store.get_cursor, cursor_name)
-    rows = db.query(
-        "SELECT id, role, channel, sender, content, ts FROM session WHERE role = 'user' AND id > ? "
-        "ORDER BY id",
-        [cursor],
-    )
+    rows = db.run(inbound_after, cursor)
     turns = [
-        TurnIn(r[0], r[1], r[2], r[3], strip_quotes(r[4]), r[5]) for r in rows if r[2] not in SKIP_CHANNELS
+        TurnIn(i, "user", ch, who, strip_quotes(text), ts)
+        for i, ch, who, text, ts in rows
+        if ch not in SKIP_CHANNELS and settings.is_owner(ch, who)
     ]
     return turns, (rows[-1][0] if rows else cursor)
 
@@ -92,7 +92,7 @@ def _file_result(context: AssetExecutionContext, result: Published, **extra) -> 
 )
 def threads(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     db, settings = cortex.database(), cortex.settings()
-    turns, upto = _new_user_turns(db, "threads_tracked")
+    turns, upto = _new_user_turns(db, settings, "threads_tracked")
     current = db.run(load_threads)
     if turns:
         current = update_threads(
@@ -134,7 +134,7 @@ def threads(context: AssetExecutionContext, cortex: CortexResource) -> Materiali
 )
 def decisions(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     db, settings = cortex.database(), cortex.settings()
-    turns, upto = _new_user_turns(db, "decisions_tracked")
+    turns, upto = _new_user_turns(db, settings, "decisions_tracked")
     found = []
     if turns:
         window = timedelta(hours=settings.decision_dedupe_hours)

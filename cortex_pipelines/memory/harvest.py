@@ -5,30 +5,23 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from cortex_pipelines.config import Settings
 from cortex_pipelines.memory.store import FactDraft
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, ops, utcnow
 
 
-def harvest_drafts(db: Database) -> tuple[list[str], list[FactDraft]]:
-    """Drafts for completed, acknowledged-or-not, not yet gardened ops, with their source turns."""
-    rows = db.query_dicts(
-        """
-        SELECT o.id, o.description, o.result, o.completed_at, o.expected_channel,
-               (SELECT list(s.id ORDER BY s.id) FROM session s
-                 WHERE s.role = 'user' AND (s.bus_id = o.bus_id
-                       OR (s.channel = 'router' AND s.content = o.result))) AS sources,
-               (SELECT max(s.ts) FROM session s
-                 WHERE s.role = 'user' AND s.channel = 'router' AND s.content = o.result) AS said_at
-        FROM pending_ops o
-        WHERE o.status = 'completed' AND o.gardened_at IS NULL
-        ORDER BY o.completed_at
-        """
-    )
+def harvest_drafts(db: Database, settings: Settings) -> tuple[list[str], list[FactDraft]]:
+    """Drafts for completed, acknowledged-or-not, not yet gardened ops, with their source turns.
+    An op someone other than the owner asked for is gardened without a fact: its description is
+    their words, not the user's."""
+    rows = db.run(ops.harvestable)
     drafts, op_ids = [], []
     for row in rows:
         op_ids.append(row["id"])
         if not row["sources"]:
             continue  # provenance first: no source turn, no fact
+        if row["asked_on"] is not None and not settings.is_owner(row["asked_on"], row["asked_by"]):
+            continue
         task = " ".join(row["description"].split())[:120]
         result = " ".join((row["result"] or "").split())[:240]
         drafts.append(

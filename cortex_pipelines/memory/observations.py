@@ -26,7 +26,7 @@ from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.pipeline import remember
 from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.memory.vectors import VectorStore
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, session, utcnow
 
 WINDOW = timedelta(days=7)
 INPUT_CURSOR = "observations_input"
@@ -70,14 +70,10 @@ class Observation:
     evidence: str  # counts, for metadata and the LLM path
 
 
-def recent_user_turns(db: Database) -> list[Turn]:
-    rows = db.query(
-        "WITH last AS (SELECT max(ts) AS newest FROM session WHERE role = 'user') "
-        "SELECT id, channel, content, ts FROM session, last "
-        "WHERE role = 'user' AND channel NOT IN ('cron', 'router', 'admin') AND ts > newest - INTERVAL 7 DAY "
-        "ORDER BY id"
-    )
-    return [Turn(*r) for r in rows]
+def recent_user_turns(db: Database, settings: Settings) -> list[Turn]:
+    """The owner's turns of the last active week: other senders' habits are not the user's."""
+    rows = db.run(session.inbound_last_week, ["cron", "router", "admin"])
+    return [Turn(i, ch, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)]
 
 
 def _names(text: str) -> set[str]:
@@ -221,7 +217,7 @@ def observe(
     db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, llm: LLMClient | None
 ) -> ObservationReport:
     """Detect, and when the evidence changed since the last run, (reword and) remember."""
-    found = detect(recent_user_turns(db), settings)
+    found = detect(recent_user_turns(db, settings), settings)
     key = input_key(found)
     if not found or key == db.run(store.get_cursor, INPUT_CURSOR):
         return ObservationReport(found, False, [], [], 0)

@@ -23,7 +23,7 @@ from cortex_pipelines.memory.extract import (
 from cortex_pipelines.memory.sentences import split_sentences
 from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, session, utcnow
 
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
@@ -212,22 +212,18 @@ def extract_new_facts(
     llm: LLMClient | None,
     log: Log = lambda _: None,
 ) -> WriteReport:
-    """Read user turns after the cursor, extract, remember, advance. No new turns: no LLM call."""
+    """Read the owner's turns after the cursor, extract, remember, advance. No new turns: no LLM
+    call. Other senders' turns stay in the session as theirs: what they say is never a user fact."""
     cursor = db.run(store.get_cursor, EXTRACTION_CURSOR)
-    rows = db.query(
-        "SELECT id, channel, content, ts FROM session WHERE role = 'user' AND id > ? ORDER BY id",
-        [cursor],
-    )
-    latest = db.query("SELECT coalesce(max(id), 0) FROM session")[0][0]
-    if not rows:
-        if latest > cursor:
-            db.run(store.set_cursor, EXTRACTION_CURSOR, latest)
+    latest = db.run(session.latest_id)  # read first: a turn recorded meanwhile is read now or next time
+    rows = db.run(session.inbound_after, cursor)
+    upto = max(latest, rows[-1][0] if rows else 0)
+    turns = [SourceTurn(i, ch, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)]
+    if not turns:
+        if upto > cursor:
+            db.run(store.set_cursor, EXTRACTION_CURSOR, upto)
         return WriteReport()
-    turns = [SourceTurn(*r) for r in rows]
-    replies = [
-        r[0] for r in db.query("SELECT content FROM session WHERE role = 'assistant' AND id > ?", [cursor])
-    ]
-    injected = InjectedText.from_outputs(settings.paths.out, extra=replies)
+    injected = InjectedText.from_outputs(settings.paths.out, extra=db.run(session.replies_after, cursor))
     report = WriteReport(turns_read=len(turns))
     if llm is None:
         drafts = extract_offline(turns, injected)
@@ -245,7 +241,7 @@ def extract_new_facts(
             drafts.extend(found)
     written = remember(db, vectors, embedder, settings, drafts)
     report.new, report.reinforced = written.new, written.reinforced
-    db.run(store.set_cursor, EXTRACTION_CURSOR, max(latest, turns[-1].id))
+    db.run(store.set_cursor, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
 

@@ -74,6 +74,23 @@ def complete_from_message(con, text: str, metadata: dict) -> dict | None:
     return dict(zip(("id", "description", "expected_channel", "result"), row, strict=True))
 
 
+def harvestable(con) -> list[dict]:
+    """Completed ops not yet gardened, with who asked for them and their source turns."""
+    cur = con.execute(
+        """
+        SELECT o.id, o.description, o.result, o.completed_at, o.expected_channel,
+               b.channel AS asked_on, b.sender AS asked_by,
+               (SELECT list(s.id ORDER BY s.id) FROM session s
+                 WHERE s.role = 'user' AND (s.bus_id = o.bus_id
+                       OR (s.channel = 'router' AND s.content = o.result))) AS sources
+        FROM pending_ops o LEFT JOIN bus b ON b.id = o.bus_id
+        WHERE o.status = 'completed' AND o.gardened_at IS NULL
+        ORDER BY o.completed_at
+        """
+    )
+    return dict_rows(cur)
+
+
 def fail_orphans(con, bus_ids: list[int]) -> int:
     """Ops spawned by messages whose processing died are failed and shown to the LLM once."""
     if not bus_ids:

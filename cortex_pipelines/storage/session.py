@@ -125,6 +125,39 @@ def last_user_texts(con) -> dict[str, str]:
     return dict(rows)
 
 
+def latest_id(con) -> int:
+    return con.execute("SELECT coalesce(max(id), 0) FROM session").fetchone()[0]
+
+
+def inbound_after(con, after_id: int) -> list[tuple]:
+    """Inbound turns after a cursor, oldest first: (id, channel, sender, content, ts)."""
+    return con.execute(
+        "SELECT id, channel, sender, content, ts FROM session WHERE role = 'user' AND id > ? ORDER BY id",
+        [after_id],
+    ).fetchall()
+
+
+def replies_after(con, after_id: int) -> list[str]:
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT content FROM session WHERE role = 'assistant' AND id > ?", [after_id]
+        ).fetchall()
+    ]
+
+
+def inbound_last_week(con, skip_channels: list[str]) -> list[tuple]:
+    """Inbound turns of the seven days up to the newest one, oldest first:
+    (id, channel, sender, content, ts)."""
+    return con.execute(
+        "WITH last AS (SELECT max(ts) AS newest FROM session WHERE role = 'user') "
+        "SELECT id, channel, sender, content, ts FROM session, last "
+        "WHERE role = 'user' AND channel NOT IN (SELECT unnest(?)) AND ts > newest - INTERVAL 7 DAY "
+        "ORDER BY id",
+        [skip_channels],
+    ).fetchall()
+
+
 def channel_states(con) -> list[dict]:
     return dict_rows(
         con.execute(
