@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     max_text_bytes: int = Field(64 * 1024, ge=1)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
 
+    # Stores
+    backup_keep: int = Field(7, ge=1, description="DuckDB backups kept in $CORTEX_HOME/backups")
+
     @classmethod
     def settings_customise_sources(
         cls,

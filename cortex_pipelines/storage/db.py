@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -31,7 +32,10 @@ from tenacity import (
 )
 
 from cortex_pipelines import clock
+from cortex_pipelines.storage import backup, health
 from cortex_pipelines.storage.migrations import MIGRATIONS
+
+log = logging.getLogger(__name__)
 
 
 def utcnow() -> datetime:
@@ -263,6 +267,17 @@ class Database:
 
         return self.run(fetch)
 
+    def examine(self, fn, *args):
+        """Run fn(con, ...) in a transaction without migrating first: `cortex doctor` looks at the
+        file as it is, and must not change it."""
+
+        @_retry_on_contention
+        def attempt():
+            with self._transaction_once() as con:
+                return fn(con, *args)
+
+        return attempt()
+
     def schema_version(self) -> int:
         return self.query("SELECT max(version) FROM schema_version")[0][0] or 0
 
@@ -277,6 +292,34 @@ class Database:
             _migrated.add(self.path)
 
     def _apply_migrations(self) -> None:
+        host = self._attach()  # held across the backup and the migration: no other process writes
+        try:
+            self._back_up_if_due(host)
+            self._migrate_schema()
+        finally:
+            self._detach(host)
+
+    def _back_up_if_due(self, host: _Host) -> None:
+        """Copy an existing database before a migration changes its schema, and once a day. Only the
+        pre-migration copy is required: without it the migration does not run."""
+        con = host.con.cursor()
+        try:
+            con.execute(f"USE {self._alias}")
+            current, latest = health.schema_version(con), MIGRATIONS[-1][0]
+            if not current:
+                return  # a new database: nothing to keep
+            if current < latest:
+                backup.take(con, self._alias, self.path, f"-pre-v{latest}")
+            elif backup.due(self.path):
+                try:
+                    backup.take(con, self._alias, self.path)
+                except (OSError, duckdb.Error) as exc:
+                    if not health.is_disk_full(exc):  # said by the write that fails next, or by doctor
+                        log.warning("the daily DuckDB backup failed: %s", health.one_line(exc))
+        finally:
+            con.close()
+
+    def _migrate_schema(self) -> None:
         with self._transaction_once() as con:
             con.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version "

@@ -1,0 +1,152 @@
+"""What a damaged store looks like, and the read-only queries `cortex doctor` checks DuckDB with.
+
+Storage libraries fail with their own exceptions (a DuckDB IOException, a lance RuntimeError, an
+OSError from a full disk), each dozens of lines deep. `as_store_damaged` turns the ones that mean
+"this store is damaged" into one StoreDamaged that names the store and the command that repairs it.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+
+import duckdb
+
+from cortex_pipelines.config import Paths
+from cortex_pipelines.storage.rows import dict_rows
+
+RESTORE = "cortex doctor --restore"
+REPAIR_VECTORS = "cortex doctor --repair-vectors"
+FREE_SPACE = "free some space, then run the command again"
+WAIT = "stop the process that holds it (`cortex dev`, `cortex serve`, a run), then run the command again"
+
+# DuckDB's words for a file it cannot trust, and how to say it in a line.
+_DUCKDB_DAMAGE = [
+    (re.compile(r"not a valid DuckDB database", re.I), "is not a DuckDB file any more (overwritten?)"),
+    (re.compile(r"Could not read enough bytes", re.I), "is cut short (truncated?)"),
+    (re.compile(r"Corrupt database|checksum", re.I), "has a damaged block (checksum mismatch)"),
+    (re.compile(r"database has been invalidated|Failed to load metadata|INTERNAL Error", re.I), None),
+]
+_DUCKDB_DAMAGE_TYPES = (
+    duckdb.IOException,
+    duckdb.SerializationException,
+    duckdb.InternalException,
+    duckdb.FatalException,
+)
+_LANCE_TABLE = re.compile(r"([A-Za-z0-9_-]+)\.lance\b")
+_RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
+
+
+class StoreDamaged(Exception):
+    """A store cannot be read or written; the message is one line with the repair command."""
+
+    def __init__(self, store: str, path: Path, reason: str, repair_command: str):
+        self.store, self.path, self.reason, self.repair_command = store, Path(path), reason, repair_command
+        super().__init__(f"{store} {path} {reason}; to repair: {repair_command}")
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's first line without the Rust source location lance appends."""
+    text = _RUST_SOURCE.sub("", str(exc)).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _chain(exc: BaseException):
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    text = str(exc).lower()
+    return "no space left on device" in text or "os error 28" in text
+
+
+def is_lance_damage(exc: BaseException) -> bool:
+    """A lance read or write that failed on the table's own files (a missing or damaged fragment,
+    manifest or index), as opposed to a commit conflict that is retried."""
+    text = str(exc).lower()
+    return isinstance(exc, (OSError, RuntimeError, ValueError)) and (
+        "lance error" in text or "lanceerror" in text
+    )
+
+
+def _duckdb_damage(exc: duckdb.Error) -> str | None:
+    for pattern, reason in _DUCKDB_DAMAGE:
+        if pattern.search(str(exc)):
+            return reason or f"is damaged: {one_line(exc)}"
+    return f"is damaged: {one_line(exc)}" if isinstance(exc, _DUCKDB_DAMAGE_TYPES) else None
+
+
+def as_store_damaged(exc: BaseException, paths: Paths) -> StoreDamaged | None:
+    """The damaged store behind an exception (or anything it was raised from), else None."""
+    for cause in _chain(exc):
+        if isinstance(cause, StoreDamaged):
+            return cause
+        if is_disk_full(cause):
+            return StoreDamaged("the disk holding", paths.home, "is full (nothing was lost)", FREE_SPACE)
+        if isinstance(cause, duckdb.IOException) and "lock" in str(cause).lower():
+            return StoreDamaged("the DuckDB database", paths.db, f"is in use: {one_line(cause)}", WAIT)
+        if isinstance(cause, duckdb.Error) and (reason := _duckdb_damage(cause)):
+            return StoreDamaged("the DuckDB database", paths.db, reason, RESTORE)
+        if is_lance_damage(cause):
+            table = _LANCE_TABLE.search(str(cause))
+            where = paths.lance / f"{table.group(1)}.lance" if table else paths.lance
+            return StoreDamaged("the LanceDB table", where, f"is damaged: {one_line(cause)}", REPAIR_VECTORS)
+    return None
+
+
+def table_scan(con) -> dict[str, int]:
+    """Rows per table, counted by reading every column of every row: a damaged block fails its
+    checksum here (a plain count(*) reads only metadata)."""
+    names = con.execute(
+        "SELECT table_name FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = 'main' ORDER BY 1"
+    ).fetchall()
+    counts = {}
+    for (name,) in names:
+        count, _ = con.execute(f'SELECT count(*), bit_xor(hash(t)) FROM "{name}" AS t').fetchone()
+        counts[name] = int(count)
+    return counts
+
+
+def database_size(con) -> dict:
+    rows = dict_rows(
+        con.execute("SELECT * FROM pragma_database_size() WHERE database_name = current_database()")
+    )
+    return rows[0] if rows else {}
+
+
+def schema_version(con) -> int:
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not found:
+        return 0
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+
+
+def indexed_session_ids(con, cursor_name: str) -> tuple[set[int], set[int]]:
+    """(ids the episodic table must hold: said up to its indexing cursor, silence excluded; every
+    session id, so a LanceDB row for a message DuckDB does not have shows)."""
+    rows = con.execute(
+        "SELECT id, id <= coalesce((SELECT value FROM cursors WHERE name = ?), 0) AND content <> '[silence]' "
+        "FROM session",
+        [cursor_name],
+    ).fetchall()
+    return {i for i, due in rows if due}, {i for i, _ in rows}
+
+
+def indexed_facts(con) -> tuple[dict[int, str], set[int]]:
+    """(status of each fact whose LanceDB row is up to date, every fact id)."""
+    rows = con.execute(
+        "SELECT id, status, indexed_at IS NOT NULL AND indexed_at >= updated_at FROM facts"
+    ).fetchall()
+    return {i: status for i, status, fresh in rows if fresh}, {i for i, _, _ in rows}
