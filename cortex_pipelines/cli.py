@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -13,12 +14,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from cortex_pipelines import clock
+from cortex_pipelines.admin import doctor as checkup
 from cortex_pipelines.clock import ClockError
-from cortex_pipelines.config import ConfigError, Settings, load_settings, parse_owners
+from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, load_settings, parse_owners
 from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
@@ -28,11 +32,32 @@ from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage.backup import BackupError
 from cortex_pipelines.storage.bus import requeue_failed
+from cortex_pipelines.storage.health import as_store_damaged
 from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
 from cortex_pipelines.storage.session import pins as list_pins
 
+
+class _CortexGroup(TyperGroup):
+    """The one place where a damaged store (a truncated DuckDB file, a deleted LanceDB fragment, a full
+    disk) becomes one line naming the store and the command that repairs it, for every command."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise  # the command has said its line
+        except Exception as exc:
+            damage = as_store_damaged(exc, Paths(cortex_home()))
+            if damage is None:
+                raise
+            _say(f"cortex: {damage}", err)
+            raise typer.Exit(1) from None
+
+
 app = typer.Typer(
+    cls=_CortexGroup,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -64,11 +89,23 @@ def main(
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
     private_umask()
+    _warnings_as_lines()
     if now is not None:
         try:
             os.environ["CORTEX_NOW"] = clock.as_offset(now)
         except ClockError as exc:
             _fail(str(exc))
+
+
+def _warnings_as_lines() -> None:
+    """What the pipeline logs as a warning (recall degraded to full text, a failed daily backup)
+    reaches the user as one `cortex: warning: ...` line on stderr."""
+    logger = logging.getLogger("cortex_pipelines")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("cortex: warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _settings() -> Settings:
@@ -465,6 +502,58 @@ def dev(
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         raise typer.Exit(proc.wait()) from None
+
+
+@app.command()
+def doctor(
+    backup: Annotated[
+        str | None,
+        typer.Argument(help="with --restore: the backup to bring back (default: the newest readable one)"),
+    ] = None,
+    restore: Annotated[
+        bool, typer.Option("--restore", help="bring back a DuckDB backup; the file it replaces is kept")
+    ] = False,
+    repair_vectors: Annotated[
+        bool, typer.Option("--repair-vectors", help="rebuild LanceDB from DuckDB (re-embeds everything)")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Check every store; say what is damaged and the command that repairs it (exit 1 if anything is)."""
+    settings = _settings()
+    progress = err if as_json else out
+    if backup is not None and not restore:
+        _fail("a BACKUP goes with --restore")
+    if restore:
+        try:
+            source, kept = checkup.restore(settings, backup)
+        except BackupError as exc:
+            _fail(str(exc), code=1)
+        _say(f"restored {source} as {settings.paths.db}", progress)
+        if kept:
+            _say(f"the file it replaced is kept as {kept}", progress)
+        init_home(settings)  # a backup from before a migration is migrated now
+        repair_vectors = True  # LanceDB may hold messages the backup does not have
+    if repair_vectors:
+        _say("rebuilding LanceDB from DuckDB (re-embedding every message and fact)", progress)
+        counts = _rebuild_vectors(settings)
+        _say(f"rebuilt: {counts['episodes']} message(s), {counts['facts']} fact(s)", progress)
+    found = checkup.check_all(settings)
+    if as_json:
+        _print_json({"ok": all(c.ok for c in found), "stores": [c.as_dict() for c in found]})
+    else:
+        for check in found:
+            _say(check.line())
+    if not all(c.ok for c in found):
+        raise typer.Exit(1)
+
+
+def _rebuild_vectors(settings: Settings) -> dict:
+    from cortex_pipelines.memory.embedder import embedder_for
+    from cortex_pipelines.memory.pipeline import rebuild
+    from cortex_pipelines.memory.vectors import vector_store
+
+    db = Database(settings.paths.db)
+    return rebuild(db, vector_store(settings.paths.lance), embedder_for(settings), settings)
 
 
 if __name__ == "__main__":

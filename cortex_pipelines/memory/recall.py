@@ -11,6 +11,7 @@ fact counts a hit; a returned cold fact is promoted.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections import defaultdict
@@ -24,6 +25,9 @@ from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
+
+log = logging.getLogger(__name__)
 
 RRF_K = 60
 MIN_COSINE = 0.3  # seed 002's minMatchScore: below this a vector hit is noise, not memory
@@ -60,6 +64,7 @@ _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+(\d{{4}})\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?(\d{{4}})\b", re.I)
 _MONTH_ONLY = re.compile(r"\b(" + "|".join(m.capitalize() for m in _MONTHS) + r")\b")  # "may" is a verb
 _WORD = re.compile(r"[\w']+", re.UNICODE)
+_unreadable_warned: set[str] = set()
 
 
 @dataclass
@@ -205,34 +210,79 @@ def _weight(
     return rrf * signal * decay
 
 
-def _unindexed_turns(con, k: int) -> list[tuple]:
-    """The newest user turns said since the last episodic indexing run (at most k of them)."""
+def _unindexed_turns(con, k: int, everything: bool = False) -> list[tuple]:
+    """The newest user turns said since the last episodic indexing run, or said at all when the
+    episodic table is unreadable (at most k of them)."""
     return con.execute(
         """
         SELECT id, channel, content, ts FROM session
-        WHERE role = 'user' AND id > coalesce((SELECT value FROM cursors WHERE name = ?), 0)
+        WHERE role = 'user' AND (? OR id > coalesce((SELECT value FROM cursors WHERE name = ?), 0))
         ORDER BY id DESC LIMIT ?
         """,
-        [EPISODIC_CURSOR, k],
+        [everything, EPISODIC_CURSOR, k],
     ).fetchall()
 
 
-def _tail_keyword_hits(turns: list[tuple], query: str, exclude: set[int], k: int) -> list[Hit]:
-    """Turns not yet in LanceDB, ranked by how many of the query's (stemmed) words they use."""
+def _by_keywords(query: str, texts: list[str], k: int) -> list[tuple[int, float]]:
+    """(position, score) of the texts that use the query's (stemmed) words, most words first, then
+    in the given order; the score is a reciprocal rank scaled by the share of words matched."""
     terms = set(tokenize([query], ids=False)[0])
-    if not terms or not turns:
+    if not terms or not texts:
         return []
-    said = tokenize([text for _, _, text, _ in turns], ids=False)
-    matched = [
-        (len(terms.intersection(words)), turn)
-        for turn, words in zip(turns, said, strict=True)
-        if turn[0] not in exclude
-    ]
-    matched = sorted((m for m in matched if m[0]), key=lambda m: -m[0])[:k]  # stable: newest first
+    found = [len(terms.intersection(words)) for words in tokenize(texts, ids=False)]
+    ranked = sorted((i for i, n in enumerate(found) if n), key=lambda i: -found[i])[:k]  # stable
+    return [(i, 1.0 / (RRF_K + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
+
+
+def _tail_keyword_hits(turns: list[tuple], query: str, exclude: set[int], k: int) -> list[Hit]:
+    """Turns not yet in LanceDB, newest first, ranked by keywords."""
+    turns = [turn for turn in turns if turn[0] not in exclude]
     return [
-        Hit(text, 1.0 / (RRF_K + n + 1) * found / len(terms), "episodic", [sid], ch, ts)
-        for n, (found, (sid, ch, text, ts)) in enumerate(matched)
+        Hit(turns[i][2], score, "episodic", [turns[i][0]], turns[i][1], turns[i][3])
+        for i, score in _by_keywords(query, [text for _, _, text, _ in turns], k)
     ]
+
+
+def _fact_keyword_hits(facts: list[dict], query: str, k: int) -> list[Hit]:
+    """Hot facts from DuckDB ranked by keywords, for when the semantic table is unreadable."""
+    hits = []
+    for i, score in _by_keywords(query, [f["text"] for f in facts], k):
+        f = facts[i]
+        channel = (f["channels"] or [None])[0]
+        hits.append(
+            Hit(
+                f["text"],
+                score,
+                f["tier"],
+                list(f["sources"]),
+                channel,
+                f["stated_at"],
+                f["id"],
+                f["category"],
+            )
+        )
+    return hits
+
+
+def _vectors_unreadable(name: str, exc: Exception) -> None:
+    """A LanceDB table whose files are missing or damaged must not fail the message that asked:
+    recall answers from DuckDB's full text instead, and says so once per process and table."""
+    if name not in _unreadable_warned:
+        _unreadable_warned.add(name)
+        log.warning(
+            "the LanceDB table %s is unreadable (%s); recall answers from DuckDB full text until `%s`",
+            name,
+            one_line(exc),
+            REPAIR_VECTORS,
+        )
+
+
+def _snapshot(vectors: VectorStore, name: str) -> Snapshot | None:
+    try:
+        return vectors.snapshot(name)
+    except (OSError, RuntimeError, ValueError) as exc:  # lance's errors for a missing fragment, manifest
+        _vectors_unreadable(name, exc)
+        return None
 
 
 def _fact_meta(con, ids: list[int]) -> dict[int, dict]:
@@ -265,7 +315,9 @@ def recall(
     pool = max(25, k * 5)
     facts: dict[int, _Candidate] = {}
     episodes: dict[int, _Candidate] = {}
-    fact_table, episode_table = vectors.snapshot(SEMANTIC), vectors.snapshot(EPISODIC)
+    readable_facts, readable_episodes = _snapshot(vectors, SEMANTIC), _snapshot(vectors, EPISODIC)
+    fact_table = readable_facts or Snapshot.empty()
+    episode_table = readable_episodes or Snapshot.empty()
     if len(fact_table) or len(episode_table):
         qvec = embedder_for(settings).encode([query])[0]
         active = fact_table.where(status="active")
@@ -285,10 +337,14 @@ def recall(
                 cand.rrf += FEEDBACK_WEIGHT / (RRF_K + rank + 1)
 
     def read(con):  # one short DuckDB transaction for everything recall needs from it
-        return _fact_meta(con, list(facts)), _unindexed_turns(con, TAIL_TURNS)
+        return (
+            _fact_meta(con, list(facts)),
+            _unindexed_turns(con, TAIL_TURNS, everything=readable_episodes is None),
+            store.active(con, "hot") if readable_facts is None else [],
+        )
 
-    meta, tail = db.run(read)
-    hits = _tail_keyword_hits(tail, query, set(exclude_sources), pool)
+    meta, tail, hot = db.run(read)
+    hits = _tail_keyword_hits(tail, query, set(exclude_sources), pool) + _fact_keyword_hits(hot, query, pool)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
         if info is None or info["status"] != "active":
@@ -366,7 +422,10 @@ def _touch_and_promote(db: Database, vectors: VectorStore, hits: list[Hit]) -> N
 
     db.run(apply)
     if cold:
-        vectors.update(SEMANTIC, cold, {"tier": "hot"})
+        try:
+            vectors.update(SEMANTIC, cold, {"tier": "hot"})
+        except (OSError, RuntimeError, ValueError) as exc:  # DuckDB moved the tier: the table resyncs
+            _vectors_unreadable(SEMANTIC, exc)
         for hit in hits:
             if hit.fact_id in cold:
                 hit.tier = "hot"

@@ -1,0 +1,286 @@
+"""Damaged stores, through the real `cortex` CLI: a truncated or zeroed DuckDB file, a deleted LanceDB
+fragment, a full disk. Every command says one line naming the store and the command that repairs it;
+`cortex doctor` finds the damage and repairs it; recall degrades to full text instead of failing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from cortex_pipelines.config import Paths, load_settings
+from cortex_pipelines.instance import init_home
+from cortex_pipelines.storage import Database, backup
+from cortex_pipelines.storage import db as db_module
+from cortex_pipelines.storage.health import as_store_damaged
+from cortex_pipelines.storage.migrations import MIGRATIONS
+
+pytestmark = pytest.mark.timeout(300)
+
+QUESTION = "Where does my sister live?"
+
+
+def _env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "ANTHROPIC_"))}
+    env.pop("DAGSTER_HOME", None)
+    # transformers draws a progress bar on stderr while it loads the embedder: not Cortex's line
+    env.update({"CORTEX_HOME": str(home), "HF_HUB_DISABLE_PROGRESS_BARS": "1", **(extra or {})})
+    return env
+
+
+def cortex(*args: str, home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cortex_pipelines.cli", *args],
+        env=_env(home, env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The command failed with exactly one stderr line, `cortex: ...`, that says each needle."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cortex: ") and all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def _doctor_lines(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return {line[:18].strip(): line[18:].strip() for line in proc.stdout.splitlines()}
+
+
+@pytest.fixture(scope="module")
+def answered_home(tmp_path_factory) -> Path:
+    """An instance that has answered two messages, extracted a fact and indexed both LanceDB tables,
+    with today's backup taken after it (the day's first command takes it)."""
+    home = tmp_path_factory.mktemp("answered") / "home"
+    every_turn = {"CORTEX_EXTRACTION_EVERY_TURNS": "1"}
+    for text in (
+        "My sister Ana lives in Porto and loves sailing.",
+        "I work as a nurse at the city hospital.",
+    ):
+        assert cortex("send", "webchat", text, home=home).returncode == 0
+    run = cortex("run", home=home, env=every_turn)
+    assert run.returncode == 0, run.stderr
+    shutil.rmtree(home / "backups")
+    assert cortex("status", home=home).returncode == 0  # the first command of the day backs up
+    assert len(backup.backups(Paths(home).db)) == 1
+    return home
+
+
+@pytest.fixture
+def home(answered_home, tmp_path) -> Path:
+    copy = tmp_path / "home"
+    shutil.copytree(answered_home, copy)
+    return copy
+
+
+def _truncate(path: Path) -> None:
+    """Keep DuckDB's three 4 KiB headers and lose every block after them. (A file cut in half may keep
+    the blocks some commands read: those work and the others fail, each with its line.)"""
+    with open(path, "r+b") as fh:
+        fh.truncate(3 * 4096)
+
+
+def _zero(path: Path) -> None:
+    path.write_bytes(b"\0" * path.stat().st_size)
+
+
+def _fails_in_one_line_everywhere(home: Path) -> None:
+    db_path = Paths(home).db
+    for args in (("status",), ("recall", "sister"), ("run",), ("send", "webchat", "hello again")):
+        _one_line(cortex(*args, home=home), "DuckDB", str(db_path), "cortex doctor --restore")
+    assert not list((home / "inbox" / "webchat").glob("*.json"))  # send queued nothing it cannot store
+    doctor = cortex("doctor", home=home)
+    assert doctor.returncode == 1 and doctor.stderr == ""
+    assert _doctor_lines(doctor)["duckdb"].startswith("damaged")
+    assert "→ cortex doctor --restore" in _doctor_lines(doctor)["duckdb"]
+
+
+def test_a_truncated_duckdb_file_is_one_line_for_every_command(home):
+    _truncate(Paths(home).db)
+    _fails_in_one_line_everywhere(home)
+
+
+def test_a_zeroed_duckdb_file_is_one_line_for_every_command_and_doctor_restores_the_backup(home):
+    db_path = Paths(home).db
+    before = json.loads(cortex("status", "--json", home=home).stdout)
+    _zero(db_path)
+    damaged = db_path.read_bytes()
+    _fails_in_one_line_everywhere(home)
+
+    restored = cortex("doctor", "--restore", home=home)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    kept = list(home.glob("cortex.duckdb.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == damaged  # moved aside, never deleted
+    after = json.loads(cortex("status", "--json", home=home).stdout)
+    assert after["bus"] == before["bus"] and after["memory"] == before["memory"]
+
+
+def test_restore_refuses_while_another_process_holds_the_database(home):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys; con = duckdb.connect({str(Paths(home).db)!r}); print('open', flush=True); "
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        proc = cortex("doctor", "--restore", home=home)
+        _one_line(proc, "is open in another process")
+    finally:
+        holder.communicate("", timeout=30)
+    assert not list(home.glob("cortex.duckdb.damaged-*"))
+
+
+def test_a_deleted_lancedb_fragment_degrades_recall_and_doctor_rebuilds_it(home):
+    fragments = list((home / "lance" / "episodic.lance" / "data").iterdir())
+    assert fragments
+    fragments[0].unlink()
+    # A saved recall snapshot of the same table version would still answer; a damaged one is
+    # thrown away and the table read again, which meets the missing fragment.
+    saved = next((home / "lance-snapshots" / "episodic").glob("v*"))
+    (saved / "rows.arrow").write_bytes(b"not arrow")
+
+    doctor = cortex("doctor", home=home)
+    lines = _doctor_lines(doctor)
+    assert doctor.returncode == 1
+    assert (
+        lines["lancedb episodic"].startswith("damaged")
+        and "cortex doctor --repair-vectors" in lines["lancedb episodic"]
+    )
+    assert lines["recall snapshots"].startswith("damaged")
+    assert lines["duckdb"].startswith("ok") and lines["lancedb semantic"].startswith("ok")
+
+    recall = cortex("recall", "sister Porto", home=home)
+    assert recall.returncode == 0 and "Porto" in recall.stdout
+    warning = recall.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("cortex: warning: "), recall.stderr
+    assert "episodic" in warning[0] and "cortex doctor --repair-vectors" in warning[0]
+
+    # The brain's memory_query meets the damaged table too: the question is answered, not left in
+    # `processing` (the run itself may fail later, when indexing writes to the damaged table).
+    assert cortex("send", "webchat", QUESTION, home=home).returncode == 0
+    cortex("run", home=home)
+    state = json.loads(cortex("status", "--json", home=home).stdout)
+    assert state["bus"]["completed"] == 3 and state["bus"]["processing"] == 0 and state["bus"]["failed"] == 0
+    replies = json.loads(cortex("outbox", "--json", home=home).stdout)
+    assert any("Porto" in r["text"] for r in replies if r["text"].startswith("Here's what I have"))
+
+    repaired = cortex("doctor", "--repair-vectors", "--json", home=home)
+    report = json.loads(repaired.stdout)
+    assert repaired.returncode == 0 and report["ok"], repaired.stdout
+    assert {s["store"] for s in report["stores"]} >= {
+        "duckdb",
+        "lancedb episodic",
+        "recall snapshots",
+        "disk",
+    }
+    recall = cortex("recall", "sister Porto", home=home)
+    assert recall.returncode == 0 and "Porto" in recall.stdout and recall.stderr == ""
+
+
+def test_a_full_disk_is_one_line_and_queues_nothing(home, tmp_path):
+    """Every write that flushes its data (here the inbox file `send` writes) meets ENOSPC."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            def disk_full(fd):
+                raise OSError(28, "No space left on device")
+
+            os.fsync = disk_full
+            """
+        )
+    )
+    proc = cortex("send", "webchat", "Remember the dentist.", home=home, env={"PYTHONPATH": str(inject)})
+    _one_line(proc, "disk", str(home), "is full", "free some space")
+    assert not [p for p in (home / "inbox").rglob("*") if p.is_file() and "dentist" in p.read_text()]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        duckdb.IOException('IO Error: Could not write file "x.wal": No space left on device'),
+        RuntimeError("lance error: IO error: failed to write: No space left on device (os error 28)"),
+    ],
+    ids=["oserror", "duckdb", "lance"],
+)
+def test_every_storage_library_s_full_disk_maps_to_the_same_line(exc, tmp_path):
+    wrapped = RuntimeError("the asset failed")
+    wrapped.__cause__ = exc
+    damage = as_store_damaged(wrapped, Paths(tmp_path))
+    assert damage is not None and damage.store == "the disk holding" and damage.path == tmp_path
+    assert "\n" not in str(damage)
+
+
+def test_lance_and_duckdb_damage_name_their_store(tmp_path):
+    paths = Paths(tmp_path)
+    lance = as_store_damaged(
+        RuntimeError(
+            "lance error: Not found: x/lance/semantic.lance/data/0a.lance, /root/.cargo/a/local.rs:273:40"
+        ),
+        paths,
+    )
+    assert (
+        lance.path == paths.lance / "semantic.lance"
+        and lance.repair_command == "cortex doctor --repair-vectors"
+    )
+    assert ".rs:" not in str(lance)
+    corrupt = as_store_damaged(
+        duckdb.Error("Corrupt database file: computed checksum 1 does not match"), paths
+    )
+    assert corrupt.path == paths.db and corrupt.repair_command == "cortex doctor --restore"
+    assert as_store_damaged(ValueError("an ordinary bug"), paths) is None
+
+
+def test_backups_before_a_migration_and_daily_keep_the_newest_user_only(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "cortex.duckdb"
+    con = duckdb.connect(str(path))  # a database as version 1 of Cortex left it
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP NOT NULL)")
+    for statement in MIGRATIONS[0][1]:
+        con.execute(statement)
+    con.execute("INSERT INTO schema_version VALUES (1, now())")
+    con.close()
+
+    init_home(load_settings(home))
+    latest = MIGRATIONS[-1][0]
+    (before_migration,) = backup.backups(path)
+    assert before_migration.name.endswith(f"-pre-v{latest}.duckdb")
+    assert backup.verify(before_migration) == 1  # the schema as it was
+    assert Database(path).schema_version() == latest
+    assert stat.S_IMODE(before_migration.stat().st_mode) == 0o600
+    assert stat.S_IMODE(backup.folder(path).stat().st_mode) == 0o700
+
+    # Older days' backups: the day's first process takes one and keeps the newest backup_keep.
+    for day in range(1, 10):
+        shutil.copyfile(before_migration, backup.folder(path) / f"cortex-202601{day:02d}T120000Z.duckdb")
+    before_migration.unlink()
+    monkeypatch.setenv("CORTEX_BACKUP_KEEP", "3")
+    monkeypatch.setattr(db_module, "_migrated", set())
+    Database(path).migrate()
+    kept = backup.backups(path)
+    assert len(kept) == 3 and not backup.due(path)
+    assert [p.name for p in kept[1:]] == ["cortex-20260109T120000Z.duckdb", "cortex-20260108T120000Z.duckdb"]
+    assert backup.verify(kept[0]) == latest
