@@ -59,11 +59,11 @@ class _Expected:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    raise AssertionError
+    return f"{n:.1f} GiB"
 
 
 def _duckdb(paths: Paths) -> tuple[Check, _Expected | None]:
@@ -169,7 +169,9 @@ def _snapshots(vectors: VectorStore) -> Check:
         return Check(
             "recall snapshots", where, False, f"{where}: damaged {', '.join(damaged)}", REPAIR_VECTORS
         )
-    return Check("recall snapshots", where, True, f"{where}: {loaded} saved, all load" if loaded else f"{where}: none saved")
+    return Check(
+        "recall snapshots", where, True, f"{where}: {f'{loaded} saved, all load' if loaded else 'none saved'}"
+    )
 
 
 def _inbox(paths: Paths) -> Check:
