@@ -18,7 +18,7 @@ from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import ToolRunner, tools_for
-from cortex_pipelines.config import ADMIN_CHANNEL, Settings
+from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.proactive import schedules
@@ -147,18 +147,20 @@ class Brain:
             """Steps 3–4 in one short transaction: record the inbound turn, build the context."""
             session_id = append_inbound(con, msg)
             count_cold_dispatch(con)
-            op = None
-            if msg.channel == "router":
-                op = ops_store.complete_from_message(con, msg.text, msg.metadata)
-            return assemble(con, self.settings, msg, session_id), op
+            op = note = None
+            if msg.channel == ROUTER_CHANNEL:
+                trusted = self.settings.is_owner(msg.channel, msg.sender)
+                op, note = ops_store.complete_from_message(con, msg.text, msg.metadata, trusted)
+            return assemble(con, self.settings, msg, session_id), op, note
 
-        context, completed_op = self.db.run(begin_turn)
+        context, completed_op, op_note = self.db.run(begin_turn)
         hints = {
             "channel": msg.channel,
             "sender": msg.sender,
             "text": msg.text,
             "priority": msg.priority,
             "completed_op": completed_op,
+            "op_note": op_note,
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
             "timezone": self.settings.timezone,
             "schedule": msg.metadata if msg.channel == schedules.CHANNEL else None,

@@ -60,6 +60,8 @@ class OfflineClient:
                 request,
                 f"[[send_to:{target}]] Your delegated task is done ({op['description'][:80]}): {summary}",
             )
+        if hints.get("op_note"):
+            return _reply(request, f"Not recorded as a result: {hints['op_note']}.")
         if _THANKS.match(text):
             return _reply(request, "NO_REPLY")
         if _DELEGATE.search(text) and "sessions_spawn" in tools:

@@ -43,35 +43,51 @@ def acknowledge(con, op_ids: list[str]) -> None:
         )
 
 
-def complete_from_message(con, text: str, metadata: dict) -> dict | None:
-    """A router message names its op (metadata op_id, or op_ref matched against descriptions)."""
-    op_id = metadata.get("op_id")
-    if not op_id:
-        ref = metadata.get("op_ref")
-        if not ref:
-            return None
-        row = con.execute(
-            "SELECT id FROM pending_ops WHERE status = 'pending' AND description ILIKE ? "
-            "ORDER BY dispatched_at LIMIT 1",
-            [f"%{ref}%"],
-        ).fetchone()
-        if row is None:
-            return None
-        op_id = row[0]
-    row = con.execute(
+MIN_REF_CHARS = 4  # an op_ref shorter than this names nothing
+
+
+def _named(con, text: str, metadata: dict) -> tuple[list[str], str | None]:
+    """The ops a router message names: `op_id` exactly, or `op_ref` as a literal id prefix or a
+    literal part of a description (no LIKE patterns: `%` is just a character). An op this very
+    text already completed still counts, so a recovered message finds its op again."""
+    open_or_mine = "(status = 'pending' OR (status = 'completed' AND result = ?))"
+    if metadata.get("op_id"):
+        op_id = str(metadata["op_id"])
+        rows = con.execute(f"SELECT id FROM pending_ops WHERE id = ? AND {open_or_mine}", [op_id, text])
+        return [r[0] for r in rows.fetchall()], f"op_id {op_id!r}"
+    ref = str(metadata.get("op_ref") or "").strip()
+    if not ref:
+        return [], None
+    if len(ref) < MIN_REF_CHARS:
+        return [], f"op_ref {ref!r} (shorter than {MIN_REF_CHARS} characters)"
+    rows = con.execute(
+        f"SELECT id FROM pending_ops WHERE {open_or_mine} "
+        "AND (starts_with(id, ?) OR contains(lower(description), lower(?))) ORDER BY dispatched_at",
+        [text, ref, ref],
+    )
+    return [r[0] for r in rows.fetchall()], f"op_ref {ref!r}"
+
+
+def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tuple[dict | None, str | None]:
+    """A router message completes the one op it names, and only from a configured router sender.
+    Returns (op, note): the note says why a message that names an op completed nothing."""
+    named, what = _named(con, text, metadata)
+    if what is None:
+        return None, None
+    if not trusted:
+        return None, f"the sender is not a configured router sender: {what} completed nothing"
+    if len(named) != 1:
+        found = f"{len(named)} open operations ({', '.join(named[:5])})" if named else "no open operation"
+        return None, f"{what} matches {found}: nothing was completed; name the op by its exact op_id"
+    con.execute(
         "UPDATE pending_ops SET status = 'completed', completed_at = ?, result = ? "
-        "WHERE id = ? AND status = 'pending' RETURNING id, description, expected_channel, result",
-        [utcnow(), text, str(op_id)],
+        "WHERE id = ? AND status = 'pending'",
+        [utcnow(), text, named[0]],
+    )
+    row = con.execute(
+        "SELECT id, description, expected_channel, result FROM pending_ops WHERE id = ?", [named[0]]
     ).fetchone()
-    if row is None:  # a recovered router message: its op was completed on the earlier attempt
-        row = con.execute(
-            "SELECT id, description, expected_channel, result FROM pending_ops "
-            "WHERE id = ? AND status = 'completed' AND result = ?",
-            [str(op_id), text],
-        ).fetchone()
-    if row is None:
-        return None
-    return dict(zip(("id", "description", "expected_channel", "result"), row, strict=True))
+    return dict(zip(("id", "description", "expected_channel", "result"), row, strict=True)), None
 
 
 def harvestable(con) -> list[dict]:
