@@ -3,7 +3,13 @@ enough in float16, and stemmed like the full-text search a user expects."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.feather as feather
 import pytest
 
 from cortex_pipelines.memory.embedder import get_embedder
@@ -140,3 +146,108 @@ def test_a_new_process_loads_the_saved_snapshot_and_never_trusts_a_damaged_one(
     newer = VectorStore(settings.paths.lance).snapshot(EPISODIC)
     assert newer.version > built.version and set(newer.ids) == {*said, *more}
     assert [p.name for p in saved.iterdir()] == [f"v{newer.version}"]  # the old copy is gone
+
+
+PIN_TURNS = (
+    ("webchat", "Long day at the gym. My locker PIN is 4417. The showers were cold again."),
+    ("webchat", "Remember to buy oat milk and coffee beans on the way home."),
+    ("webchat", "The dentist moved my appointment to Thursday afternoon."),
+)
+
+
+def _edit_rows(saved):
+    """The attack seen in the wild: the same rows, one answer changed."""
+    rows = feather.read_table(saved / "rows.arrow")
+    for name in ("text", "search_text"):
+        edited = pc.replace_substring(rows.column(name), "4417", "9999")
+        rows = rows.set_column(rows.column_names.index(name), name, edited)
+    feather.write_feather(rows, saved / "rows.arrow", compression="uncompressed")
+
+
+def _randomize(saved, name):
+    real = np.load(saved / name)
+    noise = np.random.default_rng(7).normal(size=real.shape)
+    np.save(saved / name, (noise / np.linalg.norm(noise, axis=1, keepdims=True)).astype(real.dtype))
+
+
+def _swap_bm25_scores(saved):
+    scores = np.load(saved / "bm25" / "data.csc.index.npy")
+    np.save(saved / "bm25" / "data.csc.index.npy", scores[::-1].copy())
+
+
+TAMPERING = {
+    "rows edited": _edit_rows,
+    "vectors randomized": lambda saved: _randomize(saved, "vectors.npy"),
+    "sentence vectors randomized": lambda saved: _randomize(saved, "sentence_vectors.npy"),
+    "bm25 scores swapped": _swap_bm25_scores,
+    "a byte appended": lambda saved: (saved / "sentence_rows.npy").open("ab").write(b"\0"),
+    "a stray file": lambda saved: (saved / "bm25" / "extra.npy").write_bytes(b"x"),
+    "no manifest": lambda saved: (saved / "manifest.json").unlink(),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERING.values(), ids=TAMPERING.keys())
+def test_a_tampered_saved_copy_is_never_used_and_is_rebuilt_from_lancedb(
+    settings, db, embedder, tmp_path, monkeypatch, tamper
+):
+    said = _history(settings, db, tmp_path, *PIN_TURNS)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    truth = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # read from LanceDB, and saved
+    folder = settings.paths.lance.with_name("lance-snapshots") / EPISODIC
+    saved = folder / f"v{truth.version}"
+    assert truth.sentence_rows is not None and len(truth.sentence_rows) == 1  # the long first turn
+    tamper(saved)
+
+    reads = []
+    real_read = Snapshot.read.__func__
+    monkeypatch.setattr(Snapshot, "read", classmethod(lambda cls, *a: reads.append(a) or real_read(cls, *a)))
+    fresh = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # a new process
+    assert len(reads) == 1, "the damaged copy was loaded instead of LanceDB"
+    _assert_same(fresh, truth)
+    query = embedder.encode(["what is my locker PIN"])[0]
+    (hit, *_) = fresh.vector_search(query, 1, fresh.where(), 0.0)
+    assert hit["id"] == said[0] and "4417" in hit["text"]
+    assert [r["id"] for r in fresh.text_search("locker PIN", 1, fresh.where())] == [said[0]]
+
+    assert [p.name for p in folder.iterdir()] == [saved.name]  # replaced by a whole copy...
+    _assert_same(Snapshot.load(folder, truth.version), truth)  # ...that verifies and loads
+    VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert len(reads) == 1  # and the next process loads it instead of reading LanceDB
+
+
+def _assert_same(snapshot: Snapshot, truth: Snapshot) -> None:
+    assert snapshot.rows.equals(truth.rows)
+    assert np.array_equal(snapshot.vectors.numpy(), truth.vectors.numpy())
+    assert np.array_equal(snapshot.sentence_vectors.numpy(), truth.sentence_vectors.numpy())
+    assert np.array_equal(snapshot.bm25.scores["data"], truth.bm25.scores["data"])
+
+
+@pytest.mark.slow
+def test_cortex_recall_answers_from_lancedb_when_the_saved_rows_were_edited(tmp_path):
+    """The case from issue 13: an edited rows.arrow made `cortex recall` say 9999 for a PIN of 4417."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "ANTHROPIC_", "DAGSTER_"))}
+    env["CORTEX_HOME"] = str(home)
+
+    def cortex(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cortex_pipelines.cli", *args], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    cortex("init")
+    for channel, text in PIN_TURNS:
+        cortex("send", channel, text, "--sender", "maya")
+    cortex("run")
+    assert "4417" in cortex("recall", "what is my locker PIN", "--json")
+    copies = sorted((home / "lance-snapshots").glob("*/v*"))
+    assert copies, "the run saved no recall snapshot"
+    for saved in copies:
+        _edit_rows(saved)
+
+    answer = cortex("recall", "what is my locker PIN", "--json")
+    assert "4417" in answer and "9999" not in answer
+    for saved in sorted((home / "lance-snapshots").glob("*/v*")):
+        assert b"9999" not in (saved / "rows.arrow").read_bytes()
+        Snapshot.load(saved.parent, int(saved.name[1:]))  # whole again

@@ -12,10 +12,17 @@ the bytes; rounding moves a cosine by about 1e-3.
 Every Dagster run and CLI command is a fresh process, and building a snapshot takes seconds at
 100,000 rows, so the first process to build a version saves it to disk; the others load that copy
 in a fraction of the time. A damaged or vanished copy is never trusted: the table is read again.
+A copy is whole only as its manifest says: the size and SHA-256 of each of its files, written last.
+An edited rows.arrow once changed what recall answered, and random vectors were accepted; now a
+copy whose files differ from its manifest in any byte, or that has none, is deleted and rebuilt.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import mmap
 import os
 import shutil
 import threading
@@ -30,6 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 
+from cortex_pipelines.files import write_atomic
+
 if TYPE_CHECKING:
     import torch
 
@@ -42,6 +51,84 @@ STOP_WORDS = frozenset(
     my our please remember should so tell them we were what when where which who why would you your
     know some""".split()
 )
+
+
+MANIFEST = "manifest.json"
+NPY_HEADER_MAX = 1 << 16  # what np.save writes for a plain array is a few hundred bytes
+
+
+class DamagedCopy(ValueError):
+    """A saved snapshot that is not exactly what was saved: it is deleted and the table read again."""
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def _write_manifest(folder: Path, version: int) -> None:
+    """Size and SHA-256 of every file of the copy, written after them all (atomically)."""
+    files = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in _files(folder)
+    }
+    write_atomic(folder / MANIFEST, json.dumps({"version": version, "files": files}, indent=1))
+
+
+class _Verified:
+    """The files of a saved copy as its manifest lists them: no file missing or added, and each one
+    hashed before it is parsed."""
+
+    def __init__(self, saved: Path, version: int):
+        self.saved = saved
+        try:
+            manifest = json.loads((saved / MANIFEST).read_bytes())
+            self.expected = {
+                str(name): (int(entry["bytes"]), str(entry["sha256"]))
+                for name, entry in manifest["files"].items()
+            }
+            saved_version = manifest["version"]
+        except FileNotFoundError as exc:
+            raise DamagedCopy(f"{saved} has no manifest") from exc
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise DamagedCopy(f"{saved} has an unreadable manifest") from exc
+        if saved_version != version:
+            raise DamagedCopy(f"{saved} says it is version {saved_version}")
+        present = {p.relative_to(saved).as_posix() for p in _files(saved)}
+        if present != set(self.expected):
+            raise DamagedCopy(f"{saved} has other files than its manifest lists")
+
+    def read(self, name: str) -> mmap.mmap | bytes:
+        """The file mapped privately (copy on write) and hashed through that mapping, so nothing is
+        read twice and what was checked is what recall uses (short of an in-place rewrite after
+        loading, which Cortex never does: a copy is replaced by renaming a folder)."""
+        size, sha = self.expected[name]
+        with (self.saved / name).open("rb") as fh:
+            if os.fstat(fh.fileno()).st_size != size:
+                raise DamagedCopy(f"{self.saved / name} changed size")
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) if size else b""
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise DamagedCopy(f"{self.saved / name} is not what was saved")
+        return data
+
+    def read_all(self) -> dict[str, mmap.mmap | bytes]:
+        return {name: self.read(name) for name in self.expected}
+
+
+def _array(files: dict[str, mmap.mmap | bytes], name: str) -> np.ndarray:
+    """A verified .npy of the copy, parsed in place (no copy): plain numeric data only, never pickles."""
+    data = files[name]
+    stream = io.BytesIO(bytes(memoryview(data)[:NPY_HEADER_MAX]))
+    major, _ = np.lib.format.read_magic(stream)
+    read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape, fortran_order, dtype = read_header(stream)
+    if fortran_order or dtype.hasobject:
+        raise DamagedCopy(f"{name} is not an array this module saves")
+    return np.frombuffer(data, dtype, int(np.prod(shape)), stream.tell()).reshape(shape)
 
 
 @cache
@@ -130,6 +217,7 @@ class Snapshot:
                 np.save(temporary / "sentence_rows.npy", self.sentence_rows)
                 np.save(temporary / "sentence_starts.npy", self.sentence_starts)
             self.bm25.save(temporary / "bm25")
+            _write_manifest(temporary, self.version)
             temporary.rename(folder / f"v{self.version}")
         except OSError:
             shutil.rmtree(temporary, ignore_errors=True)  # disk full, or another process saved it first
@@ -141,23 +229,26 @@ class Snapshot:
 
     @classmethod
     def load(cls, folder: Path, version: int) -> Snapshot:
-        """A version saved by `save`; raises (OSError, ValueError, ...) when it is not whole."""
+        """A version saved by `save`; raises (DamagedCopy, OSError, ...) when it is not exactly that."""
         import bm25s
         import torch
 
         saved = folder / f"v{version}"
+        data = _Verified(saved, version).read_all()
+        if "rows.arrow" not in data or "vectors.npy" not in data:
+            raise DamagedCopy(f"{saved} is not a whole snapshot")
         sentences = {}
-        if (saved / "sentence_rows.npy").exists():
+        if "sentence_rows.npy" in data:
             sentences = {
-                "sentence_vectors": torch.from_numpy(np.load(saved / "sentence_vectors.npy")),
-                "sentence_rows": np.load(saved / "sentence_rows.npy"),
-                "sentence_starts": np.load(saved / "sentence_starts.npy"),
+                "sentence_vectors": torch.from_numpy(_array(data, "sentence_vectors.npy")),
+                "sentence_rows": _array(data, "sentence_rows.npy"),
+                "sentence_starts": _array(data, "sentence_starts.npy"),
             }
-        rows = feather.read_table(saved / "rows.arrow", memory_map=True)
-        vectors = torch.from_numpy(np.load(saved / "vectors.npy"))
+        rows = feather.read_table(pa.BufferReader(pa.py_buffer(data["rows.arrow"])))
+        vectors = torch.from_numpy(_array(data, "vectors.npy"))
         bm25 = bm25s.BM25.load(saved / "bm25")
         if not len(rows) == len(vectors) == bm25.scores["num_docs"]:
-            raise ValueError(f"{saved} is not a whole snapshot")
+            raise DamagedCopy(f"{saved} is not a whole snapshot")
         return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
 
     def __len__(self) -> int:
