@@ -6,7 +6,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-import tomlkit  # comes with dagster; edits config.toml without losing comments
+import tomlkit  # edits config.toml without losing comments
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic

@@ -7,7 +7,7 @@ import pytest
 
 from cortex_pipelines.memory.extract import InjectedText, SourceTurn, extract_offline
 from cortex_pipelines.memory.pipeline import sentence_lines
-from cortex_pipelines.memory.sentences import split_sentences
+from cortex_pipelines.memory.sentences import sentence_spans, split_sentences
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,15 @@ def test_recall_sentence_vectors_use_the_same_splitter():
         "maya: It went well.",
     ]
     assert sentence_lines("maya", "I saw Dr. Kahnwald today.") == []
+
+
+def test_spans_point_into_the_text_and_line_ends_split_only_when_asked():
+    text = "  We met Dr. Kahnwald.\n\nShe charges 3.5 hours\nfine? ok "
+    assert [text[s:e] for s, e in sentence_spans(text)] == [
+        "We met Dr. Kahnwald.",
+        "She charges 3.5 hours\nfine?",  # one sentence runs across the lines
+        "ok",
+    ]
+    spans = sentence_spans(text, at_newlines=True)
+    assert [text[s:e] for s, e in spans] == ["We met Dr. Kahnwald.", "She charges 3.5 hours", "fine?", "ok"]
+    assert split_sentences(text, at_newlines=True) == [text[s:e] for s, e in spans]

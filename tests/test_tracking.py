@@ -427,3 +427,11 @@ def test_existing_decision_outside_window_does_not_block():
 def test_questions_and_quotes_are_not_decisions():
     turns = [turn(1, "Have we decided on the database?"), turn(2, "> we decided on Go\nok, noted")]
     assert extract_decisions(turns, []) == []
+
+
+def test_abbreviations_and_decimals_end_no_decision_sentence():
+    said = "We decided to book Dr. Kahnwald for 3.5 hours because she knows the case. Lunch?"
+    (decision,) = extract_decisions([turn(1, said)], [])
+    assert decision.what == said  # the whole excerpt, not cut at "Dr." or in "3.5"
+    assert decision.why == "because she knows the case"
+    assert extract_decisions([turn(2, "Have we decided on Dr. Kahnwald for 3.5 hours?")], []) == []

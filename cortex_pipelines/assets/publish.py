@@ -173,7 +173,7 @@ def narrative_file(context: AssetExecutionContext, cortex: CortexResource) -> Ma
     anchor = narrative.latest_activity(db)
     if anchor is None:
         return MaterializeResult(metadata={"skipped": "no conversation yet"})
-    data = narrative.inputs(db, anchor)
+    data = narrative.inputs(db, settings, anchor)
     result = publish(db, settings, "narrative", lambda: narrative.render(data))
     return _file_result(context, result, decisions=len(data["decisions"]), timeline=len(data["timeline"]))
 

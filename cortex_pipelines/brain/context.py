@@ -19,6 +19,7 @@ from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
 from cortex_pipelines.memory.store import hot_for_floor
+from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.bus import BusMessage, unshown_failures
@@ -26,7 +27,7 @@ from cortex_pipelines.storage.session import (
     Turn,
     channel_history,
     channel_states,
-    last_user_texts,
+    last_said,
     pins,
 )
 
@@ -71,7 +72,9 @@ def _read_workspace(settings: Settings) -> list[str]:
     return parts
 
 
-def _ops_section(ops: list[dict]) -> str:
+def _ops_section(ops: list[dict], note: str | None) -> str:
+    """Delegated ops, and why the current router message completed none of them: a model that is
+    not told would take the message for a result."""
     lines = []
     for op in ops:
         if op["status"] == "pending":
@@ -83,6 +86,8 @@ def _ops_section(ops: list[dict]) -> str:
                 f"[FAILED] {op['id']}: {op['description'][:120]} — {op['result']}. "
                 "Inform the user that this task failed."
             )
+    if note:
+        lines.append(f"[NOT A RESULT] The current router message completed nothing: {one_line(note, 300)}")
     return "## Active operations\n" + "\n".join(lines)
 
 
@@ -94,7 +99,16 @@ def _failures_section(failures: list[dict]) -> str:
     )
 
 
-def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) -> Context:
+def _who_said(settings: Settings, channel: str, sender: str | None) -> str:
+    """The user only for the owner: a stranger's words must not read as the user's."""
+    if settings.is_owner(channel, sender):
+        return "user"
+    return f"{one_line(sender or 'unknown sender', 40)} (not the owner)"
+
+
+def assemble(
+    con, settings: Settings, msg: BusMessage, inbound_session_id: int, op_note: str | None = None
+) -> Context:
     budget = settings.context_total_tokens
 
     # Layer 1: the system floor.
@@ -109,8 +123,8 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
         floor.append(bulletin.read_text(encoding="utf-8", errors="replace").strip())
     ops = ops_store.visible(con)
     failures = unshown_failures(con)
-    if ops:
-        floor.append(_ops_section(ops))
+    if ops or op_note:
+        floor.append(_ops_section(ops, op_note))
     if failures:
         floor.append(_failures_section(failures))
     known = hot_for_floor(con, settings.known_facts_in_floor)
@@ -133,7 +147,7 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
     # Layer 3: background — one line per other channel active within the idle cutoff.
     cutoff = utcnow() - timedelta(hours=settings.background_idle_hours)
     background = []
-    said = last_user_texts(con)
+    said = last_said(con)
     for state in channel_states(con):
         last_at = state["last_message_at"]
         if state["channel"] == msg.channel or state["layer"] == "archived":
@@ -142,8 +156,9 @@ def assemble(con, settings: Settings, msg: BusMessage, inbound_session_id: int) 
             continue
         summary = state["summary"]
         if not summary:
-            last = said.get(state["channel"])
-            summary = f"user said: {' '.join(last.split())[:100]}" if last else "no messages"
+            sender, last = said.get(state["channel"], (None, None))
+            who = _who_said(settings, state["channel"], sender)
+            summary = f"{who} said: {' '.join(last.split())[:100]}" if last else "no messages"
         background.append(f"[{state['channel']}] {summary} (last: {last_at:%Y-%m-%d %H:%M})")
     background_text = ""
     if background:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
-from cortex_pipelines.brain.tools import ToolRunner, tools_for
+from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
@@ -151,7 +151,7 @@ class Brain:
             if msg.channel == ROUTER_CHANNEL:
                 trusted = self.settings.is_owner(msg.channel, msg.sender)
                 op, note = ops_store.complete_from_message(con, msg.text, msg.metadata, trusted)
-            return assemble(con, self.settings, msg, session_id), op, note
+            return assemble(con, self.settings, msg, session_id, note), op, note
 
         context, completed_op, op_note = self.db.run(begin_turn)
         hints = {
@@ -190,11 +190,12 @@ class Brain:
         messages = list(context.messages)
         runner = ToolRunner(self.db, self.settings, msg, context.session_id, self.inspect)
         rounds = self.settings.max_tool_rounds
+        tools = tools_for(msg.channel, speaks_for_owner(self.settings, msg))
         for round_no in range(rounds + 1):
             request = LLMRequest(
                 system=context.system,
                 messages=messages,
-                tools=tools_for(msg.channel),
+                tools=tools,
                 allow_tools=round_no < rounds,
                 max_tokens=self.settings.max_output_tokens,
                 hints=hints,

@@ -2,6 +2,13 @@
 
 Tool inputs come from a model and are validated like any other untrusted input; a bad call
 gets an error result the model can read, never an exception that kills the turn.
+
+Tools act for the owner only. A turn from anyone else (a sender that is not an owner of its
+channel) gets no tools at all: not the ones that change memory, pins, schedules or delegate work,
+and not the read-only ones either, since memory_query and fetch_chat_history would let whoever
+asked search the owner's whole memory and every channel's history, the admin chat's included. The
+model answers a stranger from its context alone, and the runner refuses any tool it names anyway.
+A schedule's firing acts for the owner: only an owner's turn can create a schedule.
 """
 
 from __future__ import annotations
@@ -151,8 +158,16 @@ ADMIN_TOOLS = [
 TOOLS = COMMON_TOOLS + ADMIN_TOOLS
 
 
-def tools_for(channel: str) -> list[ToolSpec]:
-    """The owner's admin chat gets full access; connector channels get the common tools."""
+def speaks_for_owner(settings: Settings, msg: BusMessage) -> bool:
+    """The owner's own turn, or a firing of a schedule the owner made."""
+    firing = msg.channel == schedules.CHANNEL and msg.sender == schedules.SENDER
+    return firing or settings.is_owner(msg.channel, msg.sender)
+
+
+def tools_for(channel: str, owner: bool) -> list[ToolSpec]:
+    """The owner's admin chat gets full access, the owner elsewhere the common tools, others none."""
+    if not owner:
+        return []
     return TOOLS if channel == ADMIN_CHANNEL else COMMON_TOOLS
 
 
@@ -182,7 +197,11 @@ class ToolRunner:
             "pin_remove": (UnpinInput, self._unpin),
             "system_inspect": (InspectInput, self._inspect),
         }.get(call.name)
-        offered = tools_for(self.message.channel)
+        owner = speaks_for_owner(self.settings, self.message)
+        if handler is not None and not owner:
+            refusal = f"tools act for the owner only; this sender is not an owner of {self.message.channel}"
+            return f"{call.name} refused: {refusal}", True
+        offered = tools_for(self.message.channel, owner)
         if handler is None or call.name not in {t.name for t in offered}:
             return f"unknown tool {call.name!r}; available: {', '.join(t.name for t in offered)}", True
         model, fn = handler

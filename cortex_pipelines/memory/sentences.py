@@ -3,7 +3,8 @@
 A boundary is end punctuation followed by whitespace, except after a title or Latin abbreviation
 (Dr., e.g.), an initial (the "R." of "J. R. R. Tolkien"), or a word that ends sentences only
 sometimes (etc., a.m., Jr.) when the next word is not capitalized. Decimals (3.5) never split:
-no whitespace follows their point.
+no whitespace follows their point. `at_newlines` makes every line end a boundary too, for text
+where lines are separate statements (chat lines, tracked decisions).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _NEVER = frozenset(
 _SOMETIMES = frozenset("etc jr sr a.m p.m inc ltd co usw".split())
 _DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
 _BOUNDARY = re.compile(r"(?<=[.!?])\s+")
-_LINES = re.compile(r"\n+")
+_LINE = re.compile(r"[^\n]+")
 _LAST_WORD = re.compile(r"[^\s(\[\"“'‘]+$")
 
 
@@ -36,14 +37,27 @@ def _ends_sentence(before: str, after: str) -> bool:
     return True
 
 
+def sentence_spans(text: str, at_newlines: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of `text` without its surrounding whitespace, empty ones
+    dropped: offsets for callers that look at what lies around a match."""
+    blocks = [m.span() for m in _LINE.finditer(text)] if at_newlines else [(0, len(text))]
+    spans: list[tuple[int, int]] = []
+    for lo, hi in blocks:
+        start = lo
+        for gap in _BOUNDARY.finditer(text, lo, hi):
+            if _ends_sentence(text[start : gap.start()], text[gap.end() : hi]):
+                spans.append((start, gap.start()))
+                start = gap.end()
+        spans.append((start, hi))
+    stripped = []
+    for start, end in spans:
+        piece = text[start:end]
+        if piece.strip():
+            start += len(piece) - len(piece.lstrip())
+            stripped.append((start, start + len(piece.strip())))
+    return stripped
+
+
 def split_sentences(text: str, at_newlines: bool = False) -> list[str]:
     """The sentences of `text`, stripped, empty ones dropped; `at_newlines` also splits at line ends."""
-    out: list[str] = []
-    for block in _LINES.split(text) if at_newlines else [text]:
-        start = 0
-        for gap in _BOUNDARY.finditer(block):
-            if _ends_sentence(block[start : gap.start()], block[gap.end() :]):
-                out.append(block[start : gap.start()])
-                start = gap.end()
-        out.append(block[start:])
-    return [s.strip() for s in out if s.strip()]
+    return [text[start:end] for start, end in sentence_spans(text, at_newlines)]

@@ -2,15 +2,21 @@
 
 The window ends at the latest session activity rather than the wall clock, so the file depends on
 the data alone and stays byte-identical while nothing new happens.
+
+Only the owner's words are the user's: a turn from anyone else, and an op someone else asked for,
+is listed with its channel and sender and marked "not the owner", never as the user's.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from cortex_pipelines.config import Settings
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.publish.tracking import PRIORITY_ORDER
 from cortex_pipelines.storage import Database
+from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage.session import inbound_since
 
 PRIORITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵"}
 WINDOW = timedelta(hours=24)
@@ -18,11 +24,18 @@ TIMELINE_ENTRIES = 20
 
 
 def latest_activity(db: Database) -> datetime | None:
-    """When the user last said something (replies carry the wall-clock time they were made)."""
+    """When anyone last wrote (replies carry the wall-clock time they were made)."""
     return db.query("SELECT max(ts) FROM session WHERE role = 'user'")[0][0]
 
 
-def inputs(db: Database, anchor: datetime) -> dict:
+def _stranger(settings: Settings, channel: str | None, sender: str | None) -> str | None:
+    """Who wrote it, when that is not the owner (an op whose asker is unknown counts as the owner's)."""
+    if channel is None or settings.is_owner(channel, sender):
+        return None
+    return f"{one_line(channel, 32)} · {one_line(sender or 'unknown', 40)}"
+
+
+def inputs(db: Database, settings: Settings, anchor: datetime) -> dict:
     since = anchor - WINDOW
     threads = db.query_dicts(
         "SELECT id, title, status, priority, summary, waiting_for, mood, last_activity, closed_at, sources "
@@ -33,23 +46,19 @@ def inputs(db: Database, anchor: datetime) -> dict:
         "ORDER BY decided_at, id",
         [since],
     )
-    ops = db.query_dicts(
-        "SELECT id, description, status, result, dispatched_at, completed_at FROM pending_ops "
-        "WHERE dispatched_at >= ? OR completed_at >= ? ORDER BY dispatched_at, id",
-        [since, since],
-    )
-    timeline = db.query_dicts(
-        "SELECT id, channel, content, ts FROM session WHERE role = 'user' AND ts >= ? "
-        "ORDER BY ts DESC, id DESC LIMIT ?",
-        [since, TIMELINE_ENTRIES],
-    )
+    ops = db.run(ops_store.recent, since)
+    for op in ops:
+        op["stranger"] = _stranger(settings, op["asked_on"], op["asked_by"])
+    timeline = db.run(inbound_since, since, TIMELINE_ENTRIES)
+    for turn in timeline:
+        turn["stranger"] = _stranger(settings, turn["channel"], turn["sender"])
     return {
         "anchor": anchor,
         "since": since,
         "threads": threads,
         "decisions": decisions,
         "ops": ops,
-        "timeline": list(reversed(timeline)),
+        "timeline": timeline,
     }
 
 
@@ -89,12 +98,15 @@ def render(data: dict) -> str:
     out += ["", "## Delegated work"]
     for op in data["ops"]:
         result = f": {one_line(op['result'], 160)}" if op["result"] else ""
-        out.append(f"- {one_line(op['description'], 100)} → {op['status']}{result}")
+        asked = f" (asked by {op['stranger']}, not the owner)" if op["stranger"] else ""
+        out.append(f"- {one_line(op['description'], 100)} → {op['status']}{result}{asked}")
     if not data["ops"]:
         out.append("- none")
     out += ["", "## Timeline"]
     out += [
-        f"- {t['ts']:%m-%d %H:%M} {one_line(t['channel'], 32)}: {one_line(t['content'], 100)} (msg {t['id']})"
+        f"- {t['ts']:%m-%d %H:%M} "
+        f"{t['stranger'] + ' (not the owner)' if t['stranger'] else one_line(t['channel'], 32)}: "
+        f"{one_line(t['content'], 100)} (msg {t['id']})"
         for t in data["timeline"]
     ] or ["- no activity"]
     return "\n".join(out) + "\n"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from cortex_pipelines.memory.sentences import sentence_spans
 from cortex_pipelines.publish.safe import redact_secrets
 
 ThreadStatus = Literal["open", "closed"]
@@ -172,7 +173,7 @@ _TITLE_STOP = frozenset(
 )
 _MAX_TITLE_WORDS = 4
 _RATIONALE = _rx(r"\b(?:because|since|so that|due to|given that|weil|denn|damit|aufgrund)\b")
-_SENTENCE_END = re.compile(r"[.!?\n]")
+_CLOSERS = "\"')]”’»"  # after a sentence's end mark: 'is it done?"' is still a question
 _WORD = re.compile(r"\w+")
 _SPACE = re.compile(r"\s+")
 _LAST_GAP = re.compile(r"\s+\S*\Z")
@@ -282,10 +283,16 @@ def _merged(languages: Iterable[str]) -> PatternSet:
     )
 
 
+def _sentence_at(text: str, pos: int) -> tuple[int, int]:
+    """The sentence (a line end ends one too) that holds `pos`, by the shared splitter: "Dr." and
+    "3.5" end nothing."""
+    return next(((s, e) for s, e in sentence_spans(text, at_newlines=True) if e >= pos), (pos, pos))
+
+
 def _in_question(text: str, pos: int) -> bool:
     """A cue inside a question ("is it done?") asks rather than states."""
-    end = _SENTENCE_END.search(text, pos)
-    return end is not None and end.group() == "?"
+    start, end = _sentence_at(text, pos)
+    return text[start:end].rstrip(_CLOSERS).endswith("?")
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -321,11 +328,10 @@ def _decision_spans(text: str, patterns: Sequence[re.Pattern[str]]) -> list[tupl
 
 def _rationale(text: str, lo: int, hi: int, cue: int) -> str:
     """The "because ..." clause of the cue's sentence, else the turn's text outside the excerpt."""
-    sentence_end = _SENTENCE_END.search(text, cue)
-    stop = sentence_end.start() if sentence_end else len(text)
+    stop = _sentence_at(text, cue)[1]
     reason = _RATIONALE.search(text, cue, stop)
     if reason:
-        return _collapse(text[reason.start() : stop])
+        return _collapse(text[reason.start() : stop]).rstrip(".!?")
     return _truncate(_collapse(text[:lo] + " " + text[hi:]), _WHY_CHARS)
 
 

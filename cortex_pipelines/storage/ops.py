@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from cortex_pipelines.storage.db import Database, utcnow
 from cortex_pipelines.storage.rows import dict_rows
@@ -88,6 +88,18 @@ def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tupl
         "SELECT id, description, expected_channel, result FROM pending_ops WHERE id = ?", [named[0]]
     ).fetchone()
     return dict(zip(("id", "description", "expected_channel", "result"), row, strict=True)), None
+
+
+def recent(con, since: datetime) -> list[dict]:
+    """Ops dispatched or finished since a time, with who asked for them (asked_on, asked_by)."""
+    cur = con.execute(
+        "SELECT o.id, o.description, o.status, o.result, o.dispatched_at, o.completed_at, "
+        "b.channel AS asked_on, b.sender AS asked_by "
+        "FROM pending_ops o LEFT JOIN bus b ON b.id = o.bus_id "
+        "WHERE o.dispatched_at >= ? OR o.completed_at >= ? ORDER BY o.dispatched_at, o.id",
+        [since, since],
+    )
+    return dict_rows(cur)
 
 
 def harvestable(con) -> list[dict]:

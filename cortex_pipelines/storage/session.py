@@ -117,12 +117,23 @@ def channel_history(con, channel: str, limit: int, before_id: int | None = None)
     return [Turn(*r) for r in reversed(rows)]
 
 
-def last_user_texts(con) -> dict[str, str]:
-    """The user's latest words on every channel, in one scan."""
+def last_said(con) -> dict[str, tuple[str | None, str]]:
+    """The latest inbound turn on every channel as (sender, text), in one scan."""
     rows = con.execute(
-        "SELECT channel, arg_max(content, id) FROM session WHERE role = 'user' GROUP BY channel"
+        "SELECT channel, arg_max(sender, id), arg_max(content, id) FROM session WHERE role = 'user' "
+        "GROUP BY channel"
     ).fetchall()
-    return dict(rows)
+    return {channel: (sender, text) for channel, sender, text in rows}
+
+
+def inbound_since(con, since: datetime, limit: int) -> list[dict]:
+    """The newest `limit` inbound turns since a time, oldest first, with who sent each."""
+    cur = con.execute(
+        "SELECT id, channel, sender, content, ts FROM session WHERE role = 'user' AND ts >= ? "
+        "ORDER BY ts DESC, id DESC LIMIT ?",
+        [since, limit],
+    )
+    return list(reversed(dict_rows(cur)))
 
 
 def latest_id(con) -> int:
