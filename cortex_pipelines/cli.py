@@ -250,7 +250,8 @@ def run(
             )
         except KeyboardInterrupt:
             _fail("interrupted while waiting for another run; nothing was started", code=130)
-        level = "DEBUG" if verbose else "WARNING"
+        # Without -v a failed step is one line below, not Dagster's stack trace.
+        level = "DEBUG" if verbose else "CRITICAL"
         result = defs.resolve_job_def("cortex_main").execute_in_process(
             instance=instance,
             raise_on_error=False,
@@ -264,7 +265,13 @@ def run(
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
     if not result.success:
-        _fail(f"run {result.run_id} failed; see `cortex dev` → Runs for the logs", code=1)
+        for failure in result.get_step_failure_events():
+            reason = failure.event_specific_data.error.message.strip().splitlines() or ["no message"]
+            _say(f"cortex: step {failure.step_key} failed: {reason[0][:200]}", err)
+        _fail(
+            f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
+            code=1,
+        )
 
 
 @app.command("status")

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     foreground_max_tokens: int = Field(4000, ge=100)
     background_idle_hours: float = Field(24.0, gt=0)
     known_facts_in_floor: int = Field(50, ge=0)
+    # Auto-recall (seeds 001 and 002): the top memories for each owner message go into its
+    # context; 0 turns it off. Their block stays within this many tokens.
+    recall_in_context: int = Field(6, ge=0, le=20)
+    recall_context_tokens: int = Field(1500, ge=100)
 
     # LLM
     llm_provider: Literal["offline", "anthropic"] = "offline"

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
@@ -21,9 +23,12 @@ from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
+from cortex_pipelines.memory.embedder import Embedder, embedder_for
+from cortex_pipelines.memory.pipeline import embed_turns, embedder_id
+from cortex_pipelines.memory.recall import Hit, recall, recall_query
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
-from cortex_pipelines.storage import Database, bus, lease, outbox, utcnow
+from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
@@ -94,8 +99,10 @@ class Brain:
         llm: LLMClient,
         log: Log = lambda _: None,
         inspect: Callable[[], dict] | None = None,
+        embedder: Embedder | None = None,
     ):
         self.db, self.settings, self.llm, self.log = db, settings, llm, log
+        self.embedder = embedder  # None: the instance's model, loaded once per process when needed
         self.inspect = inspect  # the admin chat's view of the Dagster instance
 
     def drain(self, max_messages: int | None = None) -> DrainReport:
@@ -143,9 +150,14 @@ class Brain:
             report.skipped += 1
             return
 
+        vectors = self._embed(msg)  # before the transaction: no connection is held while embedding
+
         def begin_turn(con):
-            """Steps 3–4 in one short transaction: record the inbound turn, build the context."""
+            """Steps 3–4 in one short transaction: record the inbound turn with its vectors (so the
+            next message finds it by meaning), build the context."""
             session_id = append_inbound(con, msg)
+            if vectors is not None:
+                turn_vectors.record(con, session_id, *vectors)
             count_cold_dispatch(con)
             op = note = None
             if msg.channel == ROUTER_CHANNEL:
@@ -154,7 +166,9 @@ class Brain:
             return assemble(con, self.settings, msg, session_id, note), op, note
 
         context, completed_op, op_note = self.db.run(begin_turn)
+        recalled = self._recall(msg, context)
         hints = {
+            "recalled": [hit.as_dict() for hit in recalled],
             "channel": msg.channel,
             "sender": msg.sender,
             "text": msg.text,
@@ -185,6 +199,34 @@ class Brain:
         report.completed += 1
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
+
+    def _recall(self, msg: BusMessage, context: Context) -> list[Hit]:
+        """Auto-recall: the memories most relevant to the message go into its context, so the model
+        sees what the user said a minute ago without asking. Strangers get none: they would be
+        shown the owner's memories. Returns the ranked hits (the context shows the new ones)."""
+        if not self.settings.recall_in_context or not speaks_for_owner(self.settings, msg):
+            return []
+        hits = recall(
+            self.db,
+            self.settings,
+            recall_query(msg.text),
+            k=self.settings.recall_in_context,
+            exclude_sources={context.session_id, *context.foreground_ids},
+            touch=False,
+        )
+        context.add_recalled(hits, self.settings.recall_context_tokens)
+        return hits
+
+    def _embed(self, msg: BusMessage) -> tuple[str, np.ndarray, np.ndarray] | None:
+        """Write-through indexing: the turn's vectors as episodic indexing would store them. An
+        embedder that cannot load leaves the turn to that indexing run, never fails the message."""
+        try:
+            embedder = self.embedder or embedder_for(self.settings)
+            vector, sentences = embed_turns(embedder, [(msg.sender, msg.text, True)])[0]
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.log(f"message {msg.id} not embedded now ({exc}); episodic indexing will")
+            return None
+        return embedder_id(embedder), vector, sentences
 
     def _converse(self, msg: BusMessage, context: Context, hints: dict, report: DrainReport) -> LLMResponse:
         messages = list(context.messages)

@@ -1,6 +1,7 @@
 """The embedded default: no key, no network, deterministic.
 
-It never invents: questions are answered only with what `memory_query` returns, delegation goes
+It never invents: questions are answered only with the memories recalled into its context or what
+`memory_query` returns, delegation goes
 through `sessions_spawn`, everything else gets a short acknowledgement or silence.
 """
 
@@ -11,6 +12,7 @@ import re
 from datetime import UTC, datetime
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.memory.sentences import QUESTION
 from cortex_pipelines.proactive import english
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
@@ -19,11 +21,6 @@ _DELEGATE = re.compile(
     r"\b(can|could|would) you\b.*\b(research|look into|find out|compare|investigate|look up)\b"
     r"|^\s*please (research|look into|find out|compare|investigate|look up)\b",
     re.I | re.S,
-)
-_QUESTION = re.compile(
-    r"\?\s*$|^\s*(what|when|where|who|whom|which|how|why|do|does|did|is|are|was|were|can|could|"
-    r"should|would|will|have|has)\b",
-    re.I,
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
 _LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
@@ -66,7 +63,9 @@ class OfflineClient:
             return _reply(request, "NO_REPLY")
         if _DELEGATE.search(text) and "sessions_spawn" in tools:
             return _tool(request, "sessions_spawn", {"task": text.strip()})
-        if _QUESTION.search(text) and "memory_query" in tools:
+        if QUESTION.search(text) and hints.get("recalled"):
+            return _reply(request, _answer(hints["recalled"]))  # the context's recalled memories
+        if QUESTION.search(text) and "memory_query" in tools:
             return _tool(request, "memory_query", {"query": text.strip(), "limit": 5})
         greeting = _GREETING.match(text)
         if greeting and len(text.split()) <= 4:
@@ -104,12 +103,7 @@ class OfflineClient:
             elif name.startswith("schedule_") and payload is None:
                 lines.append(f"I couldn't do that: {content}")
             elif name == "memory_query" and isinstance(payload, list):
-                hits = [h for h in payload if isinstance(h, dict) and h.get("text")][:3]
-                if hits:
-                    lines.append("Here's what I have:")
-                    lines.extend(f"- {_quote(h)}" for h in hits)
-                else:
-                    lines.append("I don't have anything on that yet.")
+                lines.append(_answer(payload))
         return _reply(request, "\n".join(lines) or "Noted.")
 
 
@@ -156,6 +150,14 @@ def _reminder(firing: dict) -> str:
         due = firing.get("due_at")
         text += f" (this was due {_when(due)}; I'm late because I was not running)"
     return text
+
+
+def _answer(hits: list) -> str:
+    """Quote the best three memories, with where and when each was said."""
+    hits = [h for h in hits if isinstance(h, dict) and h.get("text")][:3]
+    if not hits:
+        return "I don't have anything on that yet."
+    return "\n".join(["Here's what I have:", *(f"- {_quote(h)}" for h in hits)])
 
 
 def _quote(hit: dict) -> str:

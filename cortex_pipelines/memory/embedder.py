@@ -53,6 +53,9 @@ class Embedder:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as transformers_logging
+
+                transformers_logging.disable_progress_bar()  # a progress bar per load is noise in the CLI
 
                 self._model = SentenceTransformer(
                     resolve_model_path(self.model_name),

@@ -23,7 +23,7 @@ from cortex_pipelines.memory.extract import (
 from cortex_pipelines.memory.sentences import split_sentences
 from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, session, utcnow
+from cortex_pipelines.storage import Database, session, turn_vectors, utcnow
 
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
@@ -51,6 +51,27 @@ def sentence_lines(sender: str | None, text: str) -> list[str]:
     return [speaker_line(sender, s) for s in sentences] if len(sentences) > 1 else []
 
 
+def embed_turns(
+    embedder: Embedder, turns: list[tuple[str | None, str, bool]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(turn vector, sentence vectors) for each (sender, text, is_user) in one encode: what the
+    brain stores when it records a turn and what episodic indexing stores for the rest. Only user
+    turns are recalled, so only they get sentence vectors."""
+    sentences = [sentence_lines(sender, text) if is_user else [] for sender, text, is_user in turns]
+    lines = [speaker_line(sender, text) for sender, text, _ in turns]
+    vecs = embedder.encode(lines + [line for ss in sentences for line in ss])
+    out, start = [], len(turns)
+    for i, ss in enumerate(sentences):
+        out.append((vecs[i], vecs[start : start + len(ss)]))
+        start += len(ss)
+    return out
+
+
+def embedder_id(embedder: Embedder) -> str:
+    """Which vector space a stored vector belongs to."""
+    return getattr(embedder, "model_name", type(embedder).__name__)
+
+
 def episode_search_text(sender: str | None, text: str, prev_sender: str | None, prev_text: str | None) -> str:
     """A turn as full-text search sees it: who said it, and the turn it answers."""
     own = speaker_line(sender, text)
@@ -75,28 +96,22 @@ def index_episodes(
         log("the episodic table predates its current columns: re-indexing every session message")
     while True:
         cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
-        rows = db.query(
-            """
-            SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
-                SELECT id, role, channel, sender, content, ts,
-                       lag(sender) OVER w AS prev_sender, lag(content) OVER w AS prev_content,
-                       lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
-                FROM session WHERE content <> '[silence]'
-                WINDOW w AS (PARTITION BY channel ORDER BY id)
-            ) WHERE id > ? ORDER BY id LIMIT ?
-            """,
-            [cursor, batch],
-        )
+        rows = db.run(session.episodes_after, cursor, batch)
         if not rows:
             break
         search = [episode_search_text(r[3], r[4], r[6], r[7]) for r in rows]
-        # Only user turns are recalled, so only they get sentence vectors; one encode for the batch.
-        sentences = [sentence_lines(r[3], r[4]) if r[1] == "user" else [] for r in rows]
-        vecs = embedder.encode([speaker_line(r[3], r[4]) for r in rows] + [s for ss in sentences for s in ss])
-        sentence_vecs, start = [], len(rows)
-        for ss in sentences:
-            sentence_vecs.append(vecs[start : start + len(ss)].tolist())
-            start += len(ss)
+        # User turns the brain embedded when it recorded them are not embedded again.
+        model = embedder_id(embedder)
+        written = db.run(turn_vectors.stored, [r[0] for r in rows if r[1] == "user"], model)
+        fresh = [r for r in rows if r[0] not in written]
+        embedded = dict(
+            zip(
+                [r[0] for r in fresh],
+                embed_turns(embedder, [(r[3], r[4], r[1] == "user") for r in fresh]),
+                strict=True,
+            )
+        )
+        vecs = {sid: (v.tolist(), ss.tolist()) for sid, (v, ss) in embedded.items()} | written
         vectors.upsert(
             EPISODIC,
             [
@@ -108,12 +123,12 @@ def index_episodes(
                     "text": r[4],
                     "search_text": search[i],
                     "stated_at": r[5],
-                    "vector": vecs[i].tolist(),
+                    "vector": vecs[r[0]][0],
                     "sources": [r[0]],
                     "category": "message",
                     "importance": 1.0,
                     "prev_id": r[8],
-                    "sentence_vectors": sentence_vecs[i],
+                    "sentence_vectors": vecs[r[0]][1],
                 }
                 for i, r in enumerate(rows)
             ],

@@ -3,8 +3,8 @@
 For each LanceDB table, searched through its in-memory snapshot, a vector search and a BM25
 full-text search are fused with reciprocal rank fusion; the fused score is then weighted by
 recency, importance, hit count and decay. Session turns not yet indexed (the tail since the last
-episodic run) are read from DuckDB and matched by stemmed keywords, so what was said a minute ago
-is found too.
+episodic run) are read from DuckDB with the vectors the brain stored when it recorded them, and
+matched by stemmed keywords and by meaning, so what was said a minute ago is found too.
 Every hit carries the session ids it came from. Side effects, as in seed 000: a returned hot
 fact counts a hit; a returned cold fact is promoted.
 """
@@ -18,13 +18,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+import numpy as np
+import pyarrow as pa
+
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import embedder_for
-from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
+from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
+from cortex_pipelines.memory.sentences import QUESTION, is_question, split_sentences
 from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, turn_vectors, utcnow
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
 
 log = logging.getLogger(__name__)
@@ -210,19 +214,6 @@ def _weight(
     return rrf * signal * decay
 
 
-def _unindexed_turns(con, k: int, everything: bool = False) -> list[tuple]:
-    """The newest user turns said since the last episodic indexing run, or said at all when the
-    episodic table is unreadable (at most k of them)."""
-    return con.execute(
-        """
-        SELECT id, channel, content, ts FROM session
-        WHERE role = 'user' AND (? OR id > coalesce((SELECT value FROM cursors WHERE name = ?), 0))
-        ORDER BY id DESC LIMIT ?
-        """,
-        [everything, EPISODIC_CURSOR, k],
-    ).fetchall()
-
-
 def _by_keywords(query: str, texts: list[str], k: int) -> list[tuple[int, float]]:
     """(position, score) of the texts that use the query's (stemmed) words, most words first, then
     in the given order; the score is a reciprocal rank scaled by the share of words matched."""
@@ -234,13 +225,43 @@ def _by_keywords(query: str, texts: list[str], k: int) -> list[tuple[int, float]
     return [(i, 1.0 / (RRF_K + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
 
 
-def _tail_keyword_hits(turns: list[tuple], query: str, exclude: set[int], k: int) -> list[Hit]:
-    """Turns not yet in LanceDB, newest first, ranked by keywords."""
-    turns = [turn for turn in turns if turn[0] not in exclude]
-    return [
-        Hit(turns[i][2], score, "episodic", [turns[i][0]], turns[i][1], turns[i][3])
-        for i, score in _by_keywords(query, [text for _, _, text, _ in turns], k)
+def _tail_cosines(tail: pa.Table, qvec: np.ndarray | None) -> np.ndarray:
+    """Each tail turn's best cosine to the query (its own vector or one of its sentences'), from the
+    vectors the brain stored when it recorded the turn; -1 for a turn that has none."""
+    cosine = np.full(tail.num_rows, -1.0, dtype=np.float32)
+    if qvec is None or not tail.num_rows:
+        return cosine
+    turn = tail.column("vector").combine_chunks()
+    has = turn.is_valid().to_numpy(zero_copy_only=False)
+    if not has.any():
+        return cosine
+    rows = np.flatnonzero(has)
+    cosine[rows] = turn.filter(has).flatten().to_numpy().reshape(len(rows), -1) @ qvec
+    sentences = tail.column("sentence_vectors").combine_chunks().filter(has)
+    lengths = sentences.value_lengths().fill_null(0).to_numpy()
+    if lengths.sum():
+        by_sentence = sentences.flatten().flatten().to_numpy().reshape(int(lengths.sum()), -1) @ qvec
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        split = lengths > 0
+        best = np.maximum.reduceat(by_sentence, starts[split])
+        cosine[rows[split]] = np.maximum(cosine[rows[split]], best)
+    return cosine
+
+
+def _tail_candidates(
+    tail: pa.Table, qvec: np.ndarray | None, query: str, exclude: set[int], k: int
+) -> dict[int, _Candidate]:
+    """Turns said since the last episodic indexing run, as episode candidates: keywords and (for the
+    turns the brain embedded when it recorded them) vectors, fused as the snapshot's two legs are."""
+    cosine = _tail_cosines(tail, qvec)
+    turns = [
+        {**row, "sources": [row["id"]], "role": "user", "prev_id": None}
+        for row in tail.select(["id", "channel", "sender", "text", "stated_at"]).to_pylist()
     ]
+    keep = [i for i, turn in enumerate(turns) if turn["id"] not in exclude]
+    by_words = [turns[keep[j]] for j, _ in _by_keywords(query, [turns[i]["text"] for i in keep], k)]
+    by_meaning = sorted((i for i in keep if cosine[i] >= MIN_COSINE), key=lambda i: -cosine[i])[:k]
+    return _fuse([turns[i] for i in by_meaning], by_words)
 
 
 def _fact_keyword_hits(facts: list[dict], query: str, k: int) -> list[Hit]:
@@ -297,6 +318,15 @@ def _fact_meta(con, ids: list[int]) -> dict[int, dict]:
     return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
 
 
+def recall_query(text: str) -> str:
+    """What to search memory for when a message arrives: the sentences that ask something, when it
+    also states things ("I'm off to Berlin next week. What seat should you book?" asks about
+    seats), else the whole message."""
+    sentences = split_sentences(text)
+    asked = [s for s in sentences if QUESTION.search(s)]
+    return " ".join(asked) if asked and len(asked) < len(sentences) else text
+
+
 def recall(
     db: Database,
     settings: Settings,
@@ -318,8 +348,10 @@ def recall(
     readable_facts, readable_episodes = _snapshot(vectors, SEMANTIC), _snapshot(vectors, EPISODIC)
     fact_table = readable_facts or Snapshot.empty()
     episode_table = readable_episodes or Snapshot.empty()
+    embedder = embedder_for(settings)
+    qvec = None
     if len(fact_table) or len(episode_table):
-        qvec = embedder_for(settings).encode([query])[0]
+        qvec = embedder.encode([query])[0]
         active = fact_table.where(status="active")
         said = episode_table.where(exclude_sources, role="user")
         facts = _fuse(
@@ -339,12 +371,17 @@ def recall(
     def read(con):  # one short DuckDB transaction for everything recall needs from it
         return (
             _fact_meta(con, list(facts)),
-            _unindexed_turns(con, TAIL_TURNS, everything=readable_episodes is None),
+            turn_vectors.unindexed_user_turns(
+                con, EPISODIC_CURSOR, TAIL_TURNS, embedder_id(embedder), everything=readable_episodes is None
+            ),
             store.active(con, "hot") if readable_facts is None else [],
         )
 
     meta, tail, hot = db.run(read)
-    hits = _tail_keyword_hits(tail, query, set(exclude_sources), pool) + _fact_keyword_hits(hot, query, pool)
+    if qvec is None and tail.column("vector").null_count < tail.num_rows:
+        qvec = embedder.encode([query])[0]
+    episodes |= _tail_candidates(tail, qvec, query, set(exclude_sources), pool)
+    hits = _fact_keyword_hits(hot, query, pool)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
         if info is None or info["status"] != "active":
@@ -373,6 +410,8 @@ def recall(
         )
     for turn_id, fused in _with_session(episodes, _with_neighbours(episodes)).items():
         row = episodes[turn_id].row
+        if is_question(row["text"]):
+            continue  # the user's own questions lift their neighbours but are never an answer
         score = _weight(fused, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
         hits.append(
             Hit(row["text"], score, "episodic", list(row["sources"]), row["channel"], row["stated_at"])

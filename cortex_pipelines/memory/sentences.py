@@ -61,3 +61,18 @@ def sentence_spans(text: str, at_newlines: bool = False) -> list[tuple[int, int]
 def split_sentences(text: str, at_newlines: bool = False) -> list[str]:
     """The sentences of `text`, stripped, empty ones dropped; `at_newlines` also splits at line ends."""
     return [text[start:end] for start, end in sentence_spans(text, at_newlines)]
+
+
+# A sentence that asks: it ends with a question mark or opens with a question word or auxiliary.
+QUESTION = re.compile(
+    r"\?\s*$|^\s*(what|when|where|who|whom|whose|which|how|why|do|does|did|is|are|am|was|were|can|could|"
+    r"should|would|will|have|has|may|shall)\b",
+    re.I,
+)
+
+
+def is_question(text: str) -> bool:
+    """Whether every sentence of a turn asks something: such a turn is never an answer, so recall
+    never offers it as a memory (a turn that also states something still can be)."""
+    sentences = split_sentences(text)
+    return bool(sentences) and all(QUESTION.search(s) for s in sentences)

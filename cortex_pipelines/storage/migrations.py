@@ -238,4 +238,17 @@ V4 = [
     )""",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4)]
+V5 = [
+    # Write-through indexing: a user turn's vectors are stored with the turn, in the transaction
+    # that records it, so the next message finds it by meaning in any process; episodic indexing
+    # later moves them into LanceDB without embedding the turn again. `model` names the embedder,
+    # so a model change re-embeds instead of mixing vector spaces.
+    """CREATE TABLE turn_vectors (
+        session_id BIGINT PRIMARY KEY,
+        model VARCHAR NOT NULL,
+        vector FLOAT[] NOT NULL,
+        sentence_vectors FLOAT[][] NOT NULL
+    )""",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)]

@@ -201,3 +201,22 @@ def remove_pin(con, position: int) -> dict | None:
         return None
     con.execute("DELETE FROM pins WHERE id = ?", [current[position - 1]["id"]])
     return current[position - 1]
+
+
+def episodes_after(con, after_id: int, limit: int) -> list[tuple]:
+    """Session turns to index after `after_id`, each with the user turn before it in its channel
+    (what full-text search sees beside it) and that turn's id. Only a user turn: the assistant's
+    replies quote recalled memories, which would echo into every turn that follows them."""
+    return con.execute(
+        """
+        SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
+            SELECT id, role, channel, sender, content, ts,
+                   lag(CASE WHEN role = 'user' THEN sender END IGNORE NULLS) OVER w AS prev_sender,
+                   lag(CASE WHEN role = 'user' THEN content END IGNORE NULLS) OVER w AS prev_content,
+                   lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
+            FROM session WHERE content <> '[silence]'
+            WINDOW w AS (PARTITION BY channel ORDER BY id)
+        ) WHERE id > ? ORDER BY id LIMIT ?
+        """,
+        [after_id, limit],
+    ).fetchall()

@@ -1,0 +1,155 @@
+"""Memory in the moment (DESIGN.md, "The live path"): what the user said a minute ago is found by
+meaning in the next message, before any memory asset has run, and the user's own questions never
+come back as answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.ingest.inbox import ingest_path
+from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.memory.embedder import embedder_for
+from cortex_pipelines.memory.pipeline import index_episodes
+from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.sentences import is_question
+from cortex_pipelines.memory.vectors import EPISODIC, vector_store
+
+# Each statement and its question share no content word: only meaning connects them.
+PAIRS = [
+    ("I'm severely allergic to peanuts, so never suggest satay.", "What foods must I avoid for dinner?",
+     "peanuts"),
+    ("On flights I prefer window seats.", "What kind of seat should you book for me?", "window"),
+    ("My sister Ana lives in Porto.", "Which city is my sibling based in?", "Porto"),
+    ("I drive a red Volvo estate.", "What car do I own?", "Volvo"),
+]
+SMALL_TALK = ["good morning", "thanks!", "The weather is lovely today.", "I had a long day at work."]
+
+
+def _batch(tmp_path) -> tuple[list[dict], list[str]]:
+    said = [s for s, _, _ in PAIRS]
+    texts = [said[0], SMALL_TALK[0], said[1], SMALL_TALK[1], said[2], SMALL_TALK[2], said[3], SMALL_TALK[3]]
+    questions = [q for _, q, _ in PAIRS]
+    envelopes = [
+        {"channel": "webchat", "sender": "user", "text": t, "external_id": f"live-{n}"}
+        for n, t in enumerate(texts + questions)
+    ]
+    return envelopes, questions
+
+
+@pytest.mark.slow
+def test_a_paraphrase_said_a_minute_ago_is_in_the_reply_of_the_same_cortex_run(tmp_path):
+    """The issue's measure, through the CLI: statements, small talk and paraphrased questions in one
+    batch, one `cortex run`; every reply to a question carries the fact, none quotes a question."""
+    home = tmp_path / "home"
+    envelopes, questions = _batch(tmp_path)
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True)
+    (folder / "batch.jsonl").write_text("".join(json.dumps(e) + "\n" for e in envelopes))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "DAGSTER_"))}
+    env["CORTEX_HOME"] = str(home)
+    done = subprocess.run(
+        [sys.executable, "-m", "cortex_pipelines.cli", "run"], env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    replies = {}
+    for path in sorted((home / "outbox" / "webchat").glob("*.json")):
+        body = json.loads(path.read_text())
+        replies[body["reply_to"]] = body["text"]
+    by_text = {e["text"]: n + 1 for n, e in enumerate(envelopes)}  # bus ids follow the batch order
+    for (_, question, term), asked in zip(PAIRS, questions, strict=True):
+        reply = replies[by_text[asked]]
+        assert term in reply, (question, reply)
+        for other in questions:
+            assert other not in reply, (question, reply)
+
+
+def test_no_turn_is_embedded_twice_and_indexing_keeps_the_brains_vectors(settings, db, tmp_path):
+    """The brain embeds a user turn when it records it; episodic indexing copies those vectors into
+    LanceDB and embeds only what the brain did not (its replies)."""
+    envelopes, _ = _batch(tmp_path)
+    source = tmp_path / "batch.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in envelopes[:8]))
+    ingest_path(source, settings, db)
+
+    real = embedder_for(settings)
+    encoded: list[str] = []
+
+    class Counting:
+        model_name = real.model_name
+
+        def encode(self, texts):
+            encoded.extend(texts)
+            return real.encode(texts)
+
+    Brain(db, settings, OfflineClient(), embedder=Counting()).drain()
+    by_brain = list(encoded)
+    assert len(by_brain) == len({*by_brain})
+    assert all(any(e["text"] in line for e in envelopes) for line in by_brain)
+    encoded.clear()
+    vectors = vector_store(settings.paths.lance)
+    index_episodes(db, vectors, Counting(), settings)
+    user_texts = {e["text"] for e in envelopes[:8]}
+    assert not [line for line in encoded if line.split(": ", 1)[1] in user_texts], encoded
+
+    rows = {r["id"]: r for r in vectors.table(EPISODIC).to_arrow().to_pylist()}
+    stored = dict(db.query("SELECT session_id, vector FROM turn_vectors"))
+    assert stored and set(stored) <= set(rows)
+    for session_id, vector in stored.items():
+        assert np.allclose(rows[session_id]["vector"], vector, atol=1e-6)
+
+
+def test_recall_finds_an_unindexed_turn_by_meaning_and_never_returns_a_question(settings, db, tmp_path):
+    envelopes, questions = _batch(tmp_path)
+    source = tmp_path / "batch.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in envelopes))
+    ingest_path(source, settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    assert db.query("SELECT count(*) FROM cursors WHERE name = 'episodic_indexed' AND value > 0")[0][0] == 0
+    for _, question, term in PAIRS:
+        hits = recall(db, settings, question, k=3, touch=False)
+        assert hits and term in hits[0].text, (question, [h.text for h in hits])
+        assert not [h for h in hits if h.text in questions], (question, [h.text for h in hits])
+
+
+DEMO_ANSWERS = {
+    "demo-021": "window seats",  # "What kind of seat should you book for me?"
+    "demo-022": "meetings before 10am",  # "what time should the first session start at the earliest?"
+    "demo-027": "vegetarian",  # "Do you remember if I eat meat?"
+    "demo-029": "December 15",  # "What do you know about my Helios project so far?"
+    "demo-031": "passport expires",  # "is there anything about my documents I should check first?"
+}
+
+
+@pytest.mark.slow
+def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "DAGSTER_"))}
+    env["CORTEX_HOME"] = str(home)
+    done = subprocess.run(
+        [sys.executable, "-m", "cortex_pipelines.cli", "run", "--demo"], env=env, capture_output=True,
+        text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    from cortex_pipelines.storage import Database
+
+    bus = {ext: (bus_id, text) for ext, bus_id, text in Database(home / "cortex.duckdb").query(
+        "SELECT external_id, id, text FROM bus"
+    )}
+    replies = {}
+    for path in (home / "outbox").rglob("*.json"):
+        body = json.loads(path.read_text())
+        replies[body["reply_to"]] = body["text"]
+    for external_id, fact in DEMO_ANSWERS.items():
+        reply = replies[bus[external_id][0]]
+        assert fact in reply, (external_id, reply)
+        for other in DEMO_ANSWERS:
+            if is_question(bus[other][1]):  # the user's own questions are never an answer
+                assert bus[other][1][:60] not in reply, (external_id, reply)
