@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/cortex run --demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

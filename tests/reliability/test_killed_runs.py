@@ -79,7 +79,7 @@ def test_random_sigkills_of_cortex_run_never_wedge_the_instance(tmp_path):
     home = tmp_path / "home"
     env = _env(home)
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
-    total = 240
+    total = 160
     _inbox_batch(home, total)
 
     kills = []
@@ -90,7 +90,7 @@ def test_random_sigkills_of_cortex_run_never_wedge_the_instance(tmp_path):
         )
         # Startup (imports, the model) takes several seconds; the drain and the memory assets
         # follow. Kill anywhere in there.
-        delay = rng.uniform(4.0, 25.0)
+        delay = rng.uniform(4.0, 20.0)
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
@@ -177,7 +177,7 @@ def _run_worker_pid(home: Path) -> tuple[str, int] | None:
 @pytest.mark.timeout(600)
 def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path):
     home = tmp_path / "home"
-    total = 300
+    total = 150
     with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
         _inbox_batch(home, total)
         run_id, pid = wait_for(lambda: _run_worker_pid(home), 180, "a process_messages run worker")
