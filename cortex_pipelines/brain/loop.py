@@ -24,7 +24,7 @@ from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
-from cortex_pipelines.memory.pipeline import embed_turns, embedder_id
+from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
@@ -150,7 +150,7 @@ class Brain:
             report.skipped += 1
             return
 
-        vectors = self._embed(msg)  # before the transaction: no connection is held while embedding
+        vectors, query_vector = self._embed(msg)  # before the transaction: no connection is held
 
         def begin_turn(con):
             """Steps 3–4 in one short transaction: record the inbound turn with its vectors (so the
@@ -166,7 +166,7 @@ class Brain:
             return assemble(con, self.settings, msg, session_id, note), op, note
 
         context, completed_op, op_note = self.db.run(begin_turn)
-        recalled = self._recall(msg, context)
+        recalled = self._recall(msg, context, query_vector)
         hints = {
             "recalled": [hit.as_dict() for hit in recalled],
             "channel": msg.channel,
@@ -200,7 +200,7 @@ class Brain:
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
 
-    def _recall(self, msg: BusMessage, context: Context) -> list[Hit]:
+    def _recall(self, msg: BusMessage, context: Context, query_vector: np.ndarray | None) -> list[Hit]:
         """Auto-recall: the memories most relevant to the message go into its context, so the model
         sees what the user said a minute ago without asking. Strangers get none: they would be
         shown the owner's memories. Returns the ranked hits (the context shows the new ones)."""
@@ -213,20 +213,25 @@ class Brain:
             k=self.settings.recall_in_context,
             exclude_sources={context.session_id, *context.foreground_ids},
             touch=False,
+            query_vector=query_vector,
         )
         context.add_recalled(hits, self.settings.recall_context_tokens)
         return hits
 
-    def _embed(self, msg: BusMessage) -> tuple[str, np.ndarray, np.ndarray] | None:
-        """Write-through indexing: the turn's vectors as episodic indexing would store them. An
-        embedder that cannot load leaves the turn to that indexing run, never fails the message."""
+    def _embed(
+        self, msg: BusMessage
+    ) -> tuple[tuple[str, np.ndarray, np.ndarray] | None, np.ndarray | None]:
+        """Write-through indexing: the turn's vectors as episodic indexing would store them, and
+        in the same encode the vector of what auto-recall will search for. An embedder that cannot
+        load leaves the turn to that indexing run, never fails the message."""
         try:
             embedder = self.embedder or embedder_for(self.settings)
-            vector, sentences = embed_turns(embedder, [(msg.sender, msg.text, True)])[0]
+            lines = turn_lines(msg.sender, msg.text, True)
+            encoded = embedder.encode([*lines, recall_query(msg.text)])
         except (OSError, RuntimeError, ValueError) as exc:
             self.log(f"message {msg.id} not embedded now ({exc}); episodic indexing will")
-            return None
-        return embedder_id(embedder), vector, sentences
+            return None, None
+        return (embedder_id(embedder), encoded[0], encoded[1:-1]), encoded[-1]
 
     def _converse(self, msg: BusMessage, context: Context, hints: dict, report: DrainReport) -> LLMResponse:
         messages = list(context.messages)

@@ -51,13 +51,18 @@ def sentence_lines(sender: str | None, text: str) -> list[str]:
     return [speaker_line(sender, s) for s in sentences] if len(sentences) > 1 else []
 
 
+def turn_lines(sender: str | None, text: str, is_user: bool) -> list[str]:
+    """What a turn's vectors embed: the turn, then (a user turn of several sentences) each sentence."""
+    return [speaker_line(sender, text), *(sentence_lines(sender, text) if is_user else [])]
+
+
 def embed_turns(
     embedder: Embedder, turns: list[tuple[str | None, str, bool]]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(turn vector, sentence vectors) for each (sender, text, is_user) in one encode: what the
-    brain stores when it records a turn and what episodic indexing stores for the rest. Only user
-    turns are recalled, so only they get sentence vectors."""
-    sentences = [sentence_lines(sender, text) if is_user else [] for sender, text, is_user in turns]
+    """(turn vector, sentence vectors) for each (sender, text, is_user) in one encode, as the brain
+    also stores them when it records a turn. Only user turns are recalled, so only they get
+    sentence vectors."""
+    sentences = [turn_lines(sender, text, is_user)[1:] for sender, text, is_user in turns]
     lines = [speaker_line(sender, text) for sender, text, _ in turns]
     vecs = embedder.encode(lines + [line for ss in sentences for line in ss])
     out, start = [], len(turns)

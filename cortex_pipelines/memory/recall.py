@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -214,13 +214,37 @@ def _weight(
     return rrf * signal * decay
 
 
+class _TermCache(OrderedDict):
+    """Stemmed words of texts already seen, newest kept: the unindexed tail is read on every query
+    (every message, with auto-recall) and tokenizing it again each time grows with the backlog."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+_said_terms = _TermCache(4 * TAIL_TURNS)
+
+
+def _terms(text: str) -> frozenset[str]:
+    return frozenset(tokenize([text], ids=False)[0])
+
+
 def _by_keywords(query: str, texts: list[str], k: int) -> list[tuple[int, float]]:
     """(position, score) of the texts that use the query's (stemmed) words, most words first, then
     in the given order; the score is a reciprocal rank scaled by the share of words matched."""
-    terms = set(tokenize([query], ids=False)[0])
+    terms = _terms(query)
     if not terms or not texts:
         return []
-    found = [len(terms.intersection(words)) for words in tokenize(texts, ids=False)]
+    missing = [t for t in dict.fromkeys(texts) if t not in _said_terms]
+    for text, words in zip(missing, tokenize(missing, ids=False) if missing else [], strict=True):
+        _said_terms[text] = frozenset(words)
+    found = [len(terms.intersection(_said_terms[t])) for t in texts]
     ranked = sorted((i for i, n in enumerate(found) if n), key=lambda i: -found[i])[:k]  # stable
     return [(i, 1.0 / (RRF_K + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
 
@@ -335,8 +359,10 @@ def recall(
     exclude_sources: set[int] = frozenset(),
     touch: bool = True,
     vectors: VectorStore | None = None,
+    query_vector: np.ndarray | None = None,
 ) -> list[Hit]:
-    """The top-k memories for a query, each with its source message ids."""
+    """The top-k memories for a query, each with its source message ids (`query_vector`: the
+    query's embedding when the caller already has it)."""
     query = query.strip()
     if not query:
         return []
@@ -349,9 +375,10 @@ def recall(
     fact_table = readable_facts or Snapshot.empty()
     episode_table = readable_episodes or Snapshot.empty()
     embedder = embedder_for(settings)
-    qvec = None
+    qvec = query_vector
     if len(fact_table) or len(episode_table):
-        qvec = embedder.encode([query])[0]
+        if qvec is None:
+            qvec = embedder.encode([query])[0]
         active = fact_table.where(status="active")
         said = episode_table.where(exclude_sources, role="user")
         facts = _fuse(

@@ -130,37 +130,42 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     stops it at once; the first run is untouched and answers everything."""
     home = tmp_path / "home"
     env = _env(home)
+    total = 600  # the first run must outlast the start-up of the two waiting ones
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
-    _inbox_batch(home, 400)
+    _inbox_batch(home, total)
     first = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, start_new_session=True)
+    waiting: dict[signal.Signals, subprocess.Popen] = {}
     try:
         wait_for(lambda: _bus_states(home).get("completed", 0) > 0, 120, "the first run to answer")
-        for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)):
-            second = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
+        waiting = {
+            sig: subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True)
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        for sig, second in waiting.items():
             out_lines: list[str] = []
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                line = second.stdout.readline()
+            while line := second.stdout.readline():
                 out_lines.append(line)
-                if "waiting for run" in line or not line:
+                if "waiting for run" in line:
                     break
+            assert first.poll() is None, "the first run ended before the others started waiting"
             assert any("waiting for run" in line for line in out_lines), "".join(out_lines)
             sent = time.monotonic()
             second.send_signal(sig)
-            second.wait(timeout=10)
-            stopped_in = time.monotonic() - sent
-            print(f"{sig.name}: stopped in {stopped_in:.2f}s with {second.returncode}")
-            assert second.returncode == code, second.stderr.read()
+            second.wait(timeout=60)
+            print(f"{sig.name}: stopped in {time.monotonic() - sent:.2f}s with {second.returncode}")
+            expected = 130 if sig == signal.SIGINT else -signal.SIGTERM
+            assert second.returncode == expected, second.stderr.read()
             if sig == signal.SIGINT:
                 err_lines = second.stderr.read().strip().splitlines()
                 assert err_lines == ["cortex: interrupted while waiting for another run; nothing was started"]
-        assert first.wait(timeout=240) == 0, first.stdout.read()
+        assert first.wait(timeout=400) == 0, first.stdout.read()
     finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-    assert _bus_states(home) == {"completed": 400}
+        for proc in (first, *waiting.values()):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert _bus_states(home) == {"completed": total}
 
 
 def _run_worker_pid(home: Path) -> tuple[str, int] | None:
