@@ -266,7 +266,8 @@ def run(
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
     if not result.success:
         for failure in result.get_step_failure_events():
-            reason = failure.event_specific_data.error.message.strip().splitlines() or ["no message"]
+            error = failure.event_specific_data.error
+            reason = (error.message.strip().splitlines() if error else []) or ["no message"]
             _say(f"cortex: step {failure.step_key} failed: {reason[0][:200]}", err)
         _fail(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
@@ -86,12 +88,16 @@ def test_sender_allowlist_keeps_strangers_out(settings, db):
     assert report.skipped == 1 and [r.hints["sender"] for r in llm.requests] == ["maya"]
 
 
-def test_tool_round_feeds_results_back_and_offline_answers_from_memory(settings, db):
+@pytest.mark.parametrize(("recalled", "calls"), [(0, 2), (6, 1)], ids=["memory_query", "auto_recall"])
+def test_offline_answers_from_memory_through_the_tool_or_the_recalled_block(settings, db, recalled, calls):
+    """Without auto-recall a question takes a memory_query round, then the answer; with it the
+    memory is already in the context and the answer takes one call."""
+    settings = load_settings(settings.home, recall_in_context=recalled)
     _queue(settings, db, msg("telegram", "I prefer window seats on long flights.", "p1"))
     Brain(db, settings, OfflineClient()).drain()
     _queue(settings, db, msg("webchat", "Which seats do I prefer on flights?", "q1"))
     report = Brain(db, settings, OfflineClient()).drain()
-    assert report.llm_calls == 2  # the memory_query round, then the answer
+    assert report.llm_calls == calls
     reply = report.replies[0]["text"]
     assert "window seats" in reply and "telegram" in reply
     source = db.query("SELECT id FROM session WHERE content LIKE 'I prefer window%'")[0][0]

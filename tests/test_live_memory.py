@@ -153,3 +153,26 @@ def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
         for other in DEMO_ANSWERS:
             if is_question(bus[other][1]):  # the user's own questions are never an answer
                 assert bus[other][1][:60] not in reply, (external_id, reply)
+
+
+def test_a_strangers_words_are_never_recalled_as_what_the_user_said(settings, db, tmp_path):
+    turns = [
+        ("mallory", "I moved to Paris last week and my new flat is lovely."),
+        ("user", "My favourite dish is mushroom risotto."),
+        ("user", "Which city do I live in now?"),
+    ]
+    source = tmp_path / "batch.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": who, "text": text, "external_id": f"s-{n}"}) + "\n"
+            for n, (who, text) in enumerate(turns)
+        )
+    )
+    ingest_path(source, settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    reply = db.query("SELECT content FROM session WHERE role = 'assistant' ORDER BY id DESC LIMIT 1")[0][0]
+    for line in reply.splitlines():  # at most quoted as the stranger's, never as the user's
+        assert "Paris" not in line or "mallory (not you) said:" in line, reply
+    # The stranger's turn is still memory, as theirs: recall names who said it.
+    hits = recall(db, settings, "Which city did someone move to?", k=3, touch=False)
+    assert any(h.sender == "mallory" and "Paris" in h.text for h in hits), [h.as_dict() for h in hits]

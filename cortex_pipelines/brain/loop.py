@@ -110,7 +110,7 @@ class Brain:
         report = DrainReport()
         lease.acquire(self.db, holder="drain", timeout_s=self.settings.lease_timeout_s)
         try:
-            outbox.export_files(self.db, self.settings.paths)  # what a killed drainer committed
+            self._export()  # what a killed drainer committed
             self._startup_cleanup(report)
             with self.db.burst():  # a message's 4-5 short transactions share one attachment
                 while max_messages is None or report.processed < max_messages:
@@ -195,10 +195,18 @@ class Brain:
         output = parse(response.text, reply_channel(msg))
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
-        outbox.export_files(self.db, self.settings.paths)  # a connector sees the reply at once
+        self._export()  # a connector sees the reply at once
         report.completed += 1
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
+
+    def _export(self) -> None:
+        """Reply files for connectors; an unwritable outbox folder must not stop the brain (the rows
+        stay unexported and the next export writes them)."""
+        try:
+            outbox.export_files(self.db, self.settings.paths)
+        except OSError as exc:
+            self.log(f"reply files not exported now: {exc}")
 
     def _recall(self, msg: BusMessage, context: Context, query_vector: np.ndarray | None) -> list[Hit]:
         """Auto-recall: the memories most relevant to the message go into its context, so the model
@@ -206,15 +214,21 @@ class Brain:
         shown the owner's memories. Returns the ranked hits (the context shows the new ones)."""
         if not self.settings.recall_in_context or not speaks_for_owner(self.settings, msg):
             return []
-        hits = recall(
-            self.db,
-            self.settings,
-            recall_query(msg.text),
-            k=self.settings.recall_in_context,
-            exclude_sources={context.session_id, *context.foreground_ids},
-            touch=False,
-            query_vector=query_vector,
-        )
+        try:
+            hits = recall(
+                self.db,
+                self.settings,
+                recall_query(msg.text),
+                k=self.settings.recall_in_context,
+                exclude_sources={context.session_id, *context.foreground_ids},
+                touch=False,
+                query_vector=query_vector,
+            )
+        except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
+            self.log(f"message {msg.id} answered without recalled memories ({exc})")
+            return []
+        # A stranger's words are theirs, never "what the user said before".
+        hits = [h for h in hits if h.fact_id is not None or self.settings.is_owner(h.channel or "", h.sender)]
         context.add_recalled(hits, self.settings.recall_context_tokens)
         return hits
 

@@ -217,8 +217,13 @@ class ToolRunner:
             return f"{call.name} failed: {exc}", True
 
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
+        """Hits with whether the owner said them: another sender's turn is theirs, not the user's."""
         return [
-            hit.as_dict()
+            {
+                **hit.as_dict(),
+                "said_by_owner": hit.fact_id is not None
+                or self.settings.is_owner(hit.channel or "", hit.sender),
+            }
             for hit in recall(
                 self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id}
             )

@@ -164,6 +164,8 @@ def _quote(hit: dict) -> str:
     text = " ".join(str(hit["text"]).split())
     if len(text) > 240:
         text = text[:237] + "..."
+    if hit.get("said_by_owner") is False:  # someone else's words, never presented as the user's
+        text = f"{' '.join(str(hit.get('sender') or 'someone').split())[:40]} (not you) said: {text}"
     where = ", ".join(str(v) for v in (hit.get("channel"), hit.get("date")) if v)
     sources = hit.get("sources") or []
     ref = f"msg {', '.join(str(s) for s in sources[:3])}" if sources else ""

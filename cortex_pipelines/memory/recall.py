@@ -81,6 +81,7 @@ class Hit:
     at: datetime | None = None
     fact_id: int | None = None
     category: str | None = None
+    sender: str | None = None  # who said an episodic turn (a fact is always the owner's)
 
     def as_dict(self) -> dict:
         out = {
@@ -89,6 +90,7 @@ class Hit:
             "tier": self.tier,
             "sources": self.sources,
             "channel": self.channel,
+            "sender": self.sender,
             "date": self.at.date().isoformat() if self.at else None,
         }
         if self.fact_id is not None:
@@ -241,10 +243,11 @@ def _by_keywords(query: str, texts: list[str], k: int) -> list[tuple[int, float]
     terms = _terms(query)
     if not terms or not texts:
         return []
-    missing = [t for t in dict.fromkeys(texts) if t not in _said_terms]
+    known = {t: _said_terms[t] for t in dict.fromkeys(texts) if t in _said_terms}
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
     for text, words in zip(missing, tokenize(missing, ids=False) if missing else [], strict=True):
-        _said_terms[text] = frozenset(words)
-    found = [len(terms.intersection(_said_terms[t])) for t in texts]
+        known[text] = _said_terms[text] = frozenset(words)
+    found = [len(terms.intersection(known[t])) for t in texts]
     ranked = sorted((i for i, n in enumerate(found) if n), key=lambda i: -found[i])[:k]  # stable
     return [(i, 1.0 / (RRF_K + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
 
@@ -441,7 +444,15 @@ def recall(
             continue  # the user's own questions lift their neighbours but are never an answer
         score = _weight(fused, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
         hits.append(
-            Hit(row["text"], score, "episodic", list(row["sources"]), row["channel"], row["stated_at"])
+            Hit(
+                row["text"],
+                score,
+                "episodic",
+                list(row["sources"]),
+                row["channel"],
+                row["stated_at"],
+                sender=row.get("sender"),
+            )
         )
     if times := named_times(query):
         for hit in hits:

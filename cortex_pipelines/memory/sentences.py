@@ -72,7 +72,8 @@ QUESTION = re.compile(
 
 
 def is_question(text: str) -> bool:
-    """Whether every sentence of a turn asks something: such a turn is never an answer, so recall
-    never offers it as a memory (a turn that also states something still can be)."""
+    """Whether every sentence of a turn ends with a question mark: such a turn is never an answer,
+    so recall never offers it as a memory. Only the mark counts here: "May 3rd is my birthday." and
+    "Will is my brother." open like questions and are statements."""
     sentences = split_sentences(text)
-    return bool(sentences) and all(QUESTION.search(s) for s in sentences)
+    return bool(sentences) and all(s.rstrip().endswith("?") for s in sentences)

@@ -27,7 +27,10 @@ def supervision(context: SensorEvaluationContext, cortex: CortexResource):
     settings, db = cortex.settings(), cortex.database()
     for dead in reap_dead_runs(context.instance, [BRAIN_POOL, MEMORY_POOL]):
         context.log.warning(dead.describe())
-    outbox.export_files(db, settings.paths)  # replies a killed run committed but never exported
+    try:
+        outbox.export_files(db, settings.paths)  # replies a killed run committed but never exported
+    except OSError as exc:  # an unwritable outbox folder must not stop supervision
+        context.log.warning(f"reply files not exported now: {exc}")
     runs = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=10)
     now = datetime.now(UTC).timestamp()
     hung = [
