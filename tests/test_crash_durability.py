@@ -40,7 +40,7 @@ _T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 def _msg(i: int, channel: str, text: str, priority: str = "normal") -> dict:
     return {
         "channel": channel,
-        "sender": "alice",
+        "sender": "maya",  # an owner by default: the user delegates and is remembered
         "text": text,
         "external_id": f"crash-{i}",
         "timestamp": (_T0 + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
