@@ -130,7 +130,7 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     stops it at once; the first run is untouched and answers everything."""
     home = tmp_path / "home"
     env = _env(home)
-    total = 500  # the first run must outlast the start-up of the two waiting ones
+    total = 300  # the first run must outlast the start-up of the two waiting ones
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
     _inbox_batch(home, total)
     first = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
