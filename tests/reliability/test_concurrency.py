@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHANNELS = ("webchat", "telegram", "whatsapp", "signal")
-# CI races 4 x 100 messages; `pytest -m soak` races 4 x 500.
-PER_PRODUCER = {"ci": 100, "soak": 500}
+# CI races 4 x 60 messages; `pytest -m soak` races 4 x 500.
+PER_PRODUCER = {"ci": 60, "soak": 500}
 DEADLINE_S = {"ci": 480, "soak": 1500}
 PRODUCE_S = 30.0  # producers spread their writes, so ingest races processing the whole time
 PACE_S = 1.0  # between bystander turns: a user checking, not a load generator
