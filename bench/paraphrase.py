@@ -312,19 +312,25 @@ def summary(records: list[dict], metric: str, groups: tuple[str, ...]) -> dict:
     return out
 
 
-def run_paraphrase(split: str, console: Console) -> dict:
-    items, distractors = load_items(), load_distractors()
-    asked = chosen(items, split)
-    turns = paraphrase_turns(items, distractors, asked)
-    questions = {"q:" + i["id"]: i["question"] for i in asked}
-    with tempfile.TemporaryDirectory(prefix="paraphrase-") as tmp:
-        console.print(f"{len(turns)} turns ({len(asked)} questions) through the inbox and one drain")
+def measure(name: str, turns: list, questions: dict[str, str], console: Console):
+    """One temporary instance: every turn through the inbox and one drain, recall live, materialize
+    cortex_main, recall settled, and the baselines over the same turns."""
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        console.print(f"{len(turns)} turns ({len(questions)} questions) through the inbox and one drain")
         inst = live_instance(Path(tmp), turns)
         live, live_ms = recall_all(inst, questions)
         console.print("materializing cortex_main")
         settle(inst)
         settled, settled_ms = recall_all(inst, questions)
-        base = baselines(inst, questions)
+        return inst, live, live_ms, settled, settled_ms, baselines(inst, questions)
+
+
+def run_paraphrase(split: str, console: Console) -> dict:
+    items, distractors = load_items(), load_distractors()
+    asked = chosen(items, split)
+    turns = paraphrase_turns(items, distractors, asked)
+    questions = {"q:" + i["id"]: i["question"] for i in asked}
+    inst, live, live_ms, settled, settled_ms, base = measure("paraphrase", turns, questions, console)
 
     def found(item: dict, r: Ranked) -> bool:
         own = inst.session["s:" + item["id"]]
@@ -386,13 +392,7 @@ def run_updates(split: str, console: Console) -> dict:
     asked = chosen(pairs, split)
     turns = update_turns(pairs, distractors, asked)
     questions = {"q:" + p["id"]: p["question"] for p in asked}
-    with tempfile.TemporaryDirectory(prefix="updates-") as tmp:
-        console.print(f"{len(turns)} turns ({len(asked)} questions) through the inbox and one drain")
-        inst = live_instance(Path(tmp), turns)
-        live, _ = recall_all(inst, questions)
-        settle(inst)
-        settled, _ = recall_all(inst, questions)
-        base = baselines(inst, questions)
+    inst, live, _, settled, _, base = measure("updates", turns, questions, console)
 
     def first(pair: dict, texts: list[str]) -> str | None:
         return next(
