@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml | $(PY)
 demo: $(STAMP)
 	$(VENV)/bin/cortex run --demo
 
+# Two workers: many tests wait on real processes (sensor ticks, dagster dev start-up, schedules),
+# so a second worker fills those waits. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
