@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,12 @@ from cortex_pipelines.instance import init_home
 from cortex_pipelines.storage import Database
 
 pytest_plugins = ["tests.support.fixtures"]
+
+
+def pytest_configure(config):
+    """One random crash seed per test run (the crash tests put it in their ids), drawn before xdist
+    starts its workers so that they all collect the same tests; CRASH_SEED=<seed> replays a run."""
+    os.environ.setdefault("CRASH_SEED", str(random.SystemRandom().randrange(2**32)))
 
 
 @pytest.fixture(autouse=True)

@@ -61,7 +61,7 @@ MESSAGES = [
 ]
 RESEARCH = "Can you research three coworking spaces near the river and compare prices?"
 
-SEED = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32))
+SEED = int(os.environ["CRASH_SEED"])  # drawn once per test run in conftest.py
 _rng = random.Random(SEED)
 _RANDOM_POINT, _RANDOM_N = _rng.choice(KILL_POINTS), _rng.randint(1, len(MESSAGES))
 

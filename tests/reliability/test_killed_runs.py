@@ -30,7 +30,7 @@ from tests.support.durability import assert_durable, fetch_all
 
 pytestmark = pytest.mark.slow
 
-SEED = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32))
+SEED = int(os.environ["CRASH_SEED"])  # drawn once per test run in conftest.py
 KILLS = int(os.environ.get("CORTEX_KILLS", "2"))
 
 
