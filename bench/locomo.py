@@ -201,7 +201,7 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
             category = str(qa["category"])
             question = qa["question"]
             started = time.perf_counter()
-            hits = recall(db, settings, question, k=max(KS), touch=False)
+            hits = recall(db, settings, question, k=max(KS))
             timing["query_ms"].append((time.perf_counter() - started) * 1000)
             scores["cortex"].add(expand(hits, session_to_dia), gold, category)
 

@@ -253,7 +253,7 @@ def recall_all(inst: Instance, questions: dict[str, str]) -> tuple[dict[str, Ran
     out, ms = {}, []
     for key, text in questions.items():
         started = time.perf_counter()
-        hits = recall(inst.db, inst.settings, text, k=K, exclude_sources={inst.session[key]}, touch=False)
+        hits = recall(inst.db, inst.settings, text, k=K, exclude_sources={inst.session[key]})
         ms.append((time.perf_counter() - started) * 1000)
         out[key] = Ranked([h.text for h in hits], [list(h.sources) for h in hits])
     return out, ms

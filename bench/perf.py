@@ -176,13 +176,13 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
         queries_said = [sentence(rng, 5, 12) for _ in range(queries)]
         ours, base = [], []
         qtask = progress.add_task(f"recall: {queries} queries over {size:,}", total=queries)
-        recall(db, settings, queries_said[0], k=10, touch=False)  # warm: model, snapshot, handles
+        recall(db, settings, queries_said[0], k=10)  # warm: model, snapshot, handles
         # Each step in a loop of its own: interleaved, numpy's BLAS threads still spinning after a
         # product slow torch's next embedding (and the other way round) on two cores. The baseline of
         # a query is its embedding plus its brute-force product.
         for text in queries_said:
             started = time.perf_counter()
-            recall(db, settings, text, k=10, touch=False)
+            recall(db, settings, text, k=10)
             ours.append((time.perf_counter() - started) * 1000)
             progress.advance(qtask)
         qvecs = []

@@ -28,6 +28,7 @@ from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
 from cortex_pipelines.instance import add_owners, dagster_env, init_home, status
 from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory.recall import note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
@@ -385,7 +386,9 @@ def recall(
     settings = _ready()
     if not query.strip():
         _fail("the query is empty")
-    hits = memory_recall(Database(settings.paths.db), settings, query, k=k)
+    db = Database(settings.paths.db)
+    hits = memory_recall(db, settings, query, k=k)
+    note_use(db, settings, hits)
     if as_json:
         _print_json([h.as_dict() for h in hits])
         return

@@ -89,6 +89,8 @@ class Settings(BaseSettings):
     # context; 0 turns it off. Their block stays within this many tokens.
     recall_in_context: int = Field(6, ge=0, le=20)
     recall_context_tokens: int = Field(1500, ge=100)
+    # How recall weighs its signals: a named RecallConfig (memory/recall_config.py).
+    recall_preset: str = "default"
 
     # LLM
     llm_provider: Literal["offline", "anthropic"] = "offline"
@@ -168,6 +170,14 @@ class Settings(BaseSettings):
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
         )
+
+    @field_validator("recall_preset")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        from cortex_pipelines.memory.recall_config import preset
+
+        preset(name)  # raises with the list of presets
+        return name
 
     @field_validator("channel_modes", "sender_allowlist")
     @classmethod

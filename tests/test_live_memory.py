@@ -114,7 +114,7 @@ def test_recall_finds_an_unindexed_turn_by_meaning_and_never_returns_a_question(
     Brain(db, settings, OfflineClient()).drain()
     assert db.query("SELECT count(*) FROM cursors WHERE name = 'episodic_indexed' AND value > 0")[0][0] == 0
     for _, question, term in PAIRS:
-        hits = recall(db, settings, question, k=3, touch=False)
+        hits = recall(db, settings, question, k=3)
         assert hits and term in hits[0].text, (question, [h.text for h in hits])
         assert not [h for h in hits if h.text in questions], (question, [h.text for h in hits])
 
@@ -174,5 +174,5 @@ def test_a_strangers_words_are_never_recalled_as_what_the_user_said(settings, db
     for line in reply.splitlines():  # at most quoted as the stranger's, never as the user's
         assert "Paris" not in line or "mallory (not you) said:" in line, reply
     # The stranger's turn is still memory, as theirs: recall names who said it.
-    hits = recall(db, settings, "Which city did someone move to?", k=3, touch=False)
+    hits = recall(db, settings, "Which city did someone move to?", k=3)
     assert any(h.sender == "mallory" and "Paris" in h.text for h in hits), [h.as_dict() for h in hits]

@@ -14,6 +14,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.llm.anthropic_client import AnthropicClient
 from cortex_pipelines.memory import store
+from cortex_pipelines.memory.dates import named_times
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.maintenance import (
     MaintenanceReport,
@@ -22,7 +23,7 @@ from cortex_pipelines.memory.maintenance import (
     merge_and_consolidate,
 )
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
-from cortex_pipelines.memory.recall import named_times, recall
+from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.memory.vectors import EPISODIC, SCHEMAS, SEMANTIC, VectorStore
 from cortex_pipelines.resources import CortexResource
@@ -86,8 +87,9 @@ def test_a_telegram_preference_is_recalled_from_webchat_with_its_sources(
     top = hits[0]
     assert "window seats" in top.text and top.tier == "hot"
     assert top.sources == [ids[0]] and top.channel == "telegram"
-    fact = db.run(store.get, top.fact_id)
-    assert fact["hit_count"] == 1  # touching a hot fact counts a hit
+    assert db.run(store.get, top.fact_id)["hit_count"] == 0  # the search itself only reads
+    note_use(db, settings, hits)  # what memory_query, `cortex recall` and /recall do with what they show
+    assert db.run(store.get, top.fact_id)["hit_count"] == 1  # a shown hot fact counts a hit
 
 
 def test_a_query_naming_a_month_prefers_what_was_said_then(settings, db, vectors, embedder, tmp_path):
@@ -106,7 +108,7 @@ def test_a_query_naming_a_month_prefers_what_was_said_then(settings, db, vectors
     )
     _history(settings, db, tmp_path, ("webchat", "We hiked the coast trail."), start="2026-08-10T09:00:00Z")
     index_episodes(db, vectors, embedder, settings)
-    hits = recall(db, settings, "Where did we hike in March 2026?", k=2, touch=False)
+    hits = recall(db, settings, "Where did we hike in March 2026?", k=2)
     assert hits[0].sources == march
 
 
@@ -218,7 +220,9 @@ def test_eviction_to_cold_and_promotion_back(settings, db, vectors, embedder, tm
     assert bakery["id"] not in floor  # cold facts leave the system floor
 
     hit = recall(db, settings, "where do I buy my bread?", k=1)[0]
-    assert hit.fact_id == bakery["id"] and hit.tier == "hot"  # promoted on retrieval
+    assert hit.fact_id == bakery["id"] and hit.tier == "cold"
+    note_use(db, settings, [hit])
+    assert hit.tier == "hot"  # promoted once shown
     assert db.run(store.get, bakery["id"])["tier"] == "hot"
     assert vectors.ids(SEMANTIC, "tier = 'cold'") == set()
 

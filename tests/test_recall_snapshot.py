@@ -29,12 +29,12 @@ def test_a_turn_indexed_by_another_writer_is_found_by_the_next_query(settings, d
     _history(settings, db, tmp_path, ("webchat", "The boathouse key hangs behind the kitchen door."))
     writer = VectorStore(settings.paths.lance)  # its own LanceDB handles, as another process has
     index_episodes(db, writer, embedder, settings)
-    assert recall(db, settings, "where is the boathouse key", k=1, touch=False)[0].text.startswith("The boat")
+    assert recall(db, settings, "where is the boathouse key", k=1)[0].text.startswith("The boat")
     before = vector_store(settings.paths.lance).snapshot(EPISODIC).version
 
     later = _history(settings, db, tmp_path, ("telegram", "My passport expires in March, renew it soon."))
     index_episodes(db, writer, embedder, settings)
-    hits = recall(db, settings, "when does my passport expire", k=1, touch=False)
+    hits = recall(db, settings, "when does my passport expire", k=1)
     assert hits[0].sources == later
     assert vector_store(settings.paths.lance).snapshot(EPISODIC).version > before
 
@@ -48,10 +48,10 @@ def test_words_match_across_inflections_before_and_after_indexing(settings, db, 
         ("webchat", "The quarterly budget review moved to Thursday."),
     )
     # Not indexed yet: the unindexed tail is matched by stemmed keywords.
-    assert recall(db, settings, "run canal", k=1, touch=False)[0].sources == [said[0]]
+    assert recall(db, settings, "run canal", k=1)[0].sources == [said[0]]
     index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
-    assert recall(db, settings, "run canal", k=1, touch=False)[0].sources == [said[0]]
-    assert recall(db, settings, "reviewing budgets", k=1, touch=False)[0].sources == [said[1]]
+    assert recall(db, settings, "run canal", k=1)[0].sources == [said[0]]
+    assert recall(db, settings, "reviewing budgets", k=1)[0].sources == [said[1]]
 
 
 def test_excluded_turns_are_never_returned(settings, db, embedder, tmp_path):
@@ -63,7 +63,7 @@ def test_excluded_turns_are_never_returned(settings, db, embedder, tmp_path):
         ("webchat", "Miso the cat had her vaccination on Monday."),
     )
     index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
-    hits = recall(db, settings, "Miso the cat", k=5, exclude_sources={said[0]}, touch=False)
+    hits = recall(db, settings, "Miso the cat", k=5, exclude_sources={said[0]})
     assert said[1] in {s for h in hits for s in h.sources}
     assert said[0] not in {s for h in hits for s in h.sources}
 
@@ -111,7 +111,7 @@ def test_a_detail_in_a_long_turn_is_found_by_its_own_sentence(settings, db, embe
     snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
     (hit, *_) = snapshot.vector_search(query, 1, snapshot.where(), -1.0)
     assert hit["id"] == said[0] and hit["_cosine"] == pytest.approx(best_sentence, abs=2e-3)
-    assert recall(db, settings, "what animal did we adopt", k=1, touch=False)[0].sources == [said[0]]
+    assert recall(db, settings, "what animal did we adopt", k=1)[0].sources == [said[0]]
 
 
 def test_a_new_process_loads_the_saved_snapshot_and_never_trusts_a_damaged_one(

@@ -20,7 +20,7 @@ from cortex_pipelines.config import ADMIN_CHANNEL, Settings
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.llm.base import LLMClient
 from cortex_pipelines.memory import store as memory_store
-from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database, lease
@@ -124,6 +124,7 @@ class AdminChat:
         if not query:
             return "usage: /recall QUERY"
         hits = recall(self.db, self.settings, query, k=5)
+        note_use(self.db, self.settings, hits)
         lines = [
             f"{n}. {h.text}  ({'fact ' + str(h.fact_id) + ', ' if h.fact_id else ''}"
             f"{h.channel or '?'} {h.at:%Y-%m-%d}, messages {h.sources})"

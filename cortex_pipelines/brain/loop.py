@@ -221,7 +221,6 @@ class Brain:
                 recall_query(msg.text),
                 k=self.settings.recall_in_context,
                 exclude_sources={context.session_id, *context.foreground_ids},
-                touch=False,
                 query_vector=query_vector,
             )
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run

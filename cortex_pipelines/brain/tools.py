@@ -24,7 +24,7 @@ from cortex_pipelines import clock
 from cortex_pipelines.config import ADMIN_CHANNEL, CHANNEL_PATTERN, Settings
 from cortex_pipelines.llm.base import ToolCall, ToolSpec
 from cortex_pipelines.memory import store as memory_store
-from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.memory.store import CATEGORIES, FactDraft
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.schedules import ScheduleError, ScheduleRequest
@@ -218,15 +218,15 @@ class ToolRunner:
 
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
         """Hits with whether the owner said them: another sender's turn is theirs, not the user's."""
+        hits = recall(self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id})
+        note_use(self.db, self.settings, hits)
         return [
             {
                 **hit.as_dict(),
                 "said_by_owner": hit.fact_id is not None
                 or self.settings.is_owner(hit.channel or "", hit.sender),
             }
-            for hit in recall(
-                self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id}
-            )
+            for hit in hits
         ]
 
     def _forget(self, args: ForgetInput) -> dict[str, Any]:

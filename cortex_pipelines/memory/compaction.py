@@ -13,7 +13,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.llm.base import LLMClient, LLMRequest
 from cortex_pipelines.llm.recorded import complete_recorded
-from cortex_pipelines.memory.recall import keywords
+from cortex_pipelines.memory.fusion import keywords
 from cortex_pipelines.publish.outputs import redact
 from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, utcnow

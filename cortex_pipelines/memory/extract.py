@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
-from cortex_pipelines.memory.sentences import split_sentences
+from cortex_pipelines.memory.sentences import is_question, split_sentences
 from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
 
 _FENCE = re.compile(r"```.*?```", re.S)
@@ -93,6 +93,8 @@ def extract_offline(turns: list[SourceTurn], injected: InjectedText) -> list[Fac
         for sentence in sentences(turn.text):
             if not (_MIN_CHARS <= len(sentence) <= _MAX_CHARS) or injected.contains(sentence):
                 continue
+            if is_question(sentence):
+                continue  # "What's my favourite restaurant?" asks; it states nothing
             found = classify(sentence)
             if found is None:
                 continue
@@ -149,7 +151,7 @@ def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -
         except ValidationError:
             continue
         sources = tuple(sorted({i for i in fact.source_ids if i in by_id}))
-        if not sources or injected.contains(fact.text):
+        if not sources or injected.contains(fact.text) or is_question(fact.text):
             continue
         category = fact.category if fact.category in CATEGORIES else "fact"
         channels = tuple(sorted({by_id[i].channel for i in sources}))

@@ -1,0 +1,60 @@
+"""How recall ranks memories, as one frozen value: benchmarks compare presets instead of editing
+constants, and an instance picks one by name (`CORTEX_RECALL_PRESET`).
+
+Every value below was measured on the tuning halves only (bench/paraphrase.py `--split tune`,
+bench/locomo.py `--split tune`); the check halves report the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    # Reciprocal rank fusion: each result list adds weight / (rrf_k + rank).
+    rrf_k: int = 60
+    # Below this cosine a vector hit is noise, not memory (seed 002's minMatchScore). For
+    # all-MiniLM-L6-v2 first-person paraphrases of a question score 0.15-0.35 ("How should people
+    # reach me?" / "Voice calls stress me out, so send me a WhatsApp instead.": 0.24).
+    min_cosine: float = 0.3
+    fts_weight: float = 1.0
+    vector_weight: float = 0.5
+    # A turn next to a strong hit shares its topic (the answer to a matched question): it gains this
+    # share of its best neighbour's fused score. Only across speakers when `neighbours_in_dialogue`:
+    # the user's previous message to the agent is usually about something else.
+    neighbour_share: float = 0.5
+    neighbours_in_dialogue: bool = False
+    # A query naming a day or a month prefers what was said then.
+    date_boost: float = 2.0
+    # Each turn gains this share of the top `session_top` scores of its conversation (channel, day).
+    session_share: float = 0.35
+    session_top: int = 3
+    # A fact from at most this many turns is one memory with them.
+    merge_max_sources: int = 2
+    # Pseudo-relevance feedback: words shared by the best turns widen a second full-text search.
+    feedback_docs: int = 10
+    feedback_terms: int = 12
+    feedback_weight: float = 0.5
+    # Turns said since the last episodic indexing run that recall reads from DuckDB.
+    tail_turns: int = 2000
+
+    def with_(self, **changes) -> RecallConfig:
+        return replace(self, **changes)
+
+
+# Tuned on the whole LoCoMo development split (two people talking about their lives) before the
+# paraphrase set existed: R@10 80.2 there; 14% settled on the paraphrase check half.
+CONVERSATION = RecallConfig(neighbours_in_dialogue=False)
+
+PRESETS: dict[str, RecallConfig] = {
+    "default": RecallConfig(),
+    "conversation": CONVERSATION,
+}
+
+
+def preset(name: str) -> RecallConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown recall preset {name!r}; one of {', '.join(PRESETS)}") from None
