@@ -30,7 +30,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) -m bench.locomo --data ../shared/data/locomo/locomo_dev.json --json bench/results/locomo.json
+	$(PY) -m bench.locomo --split check
+	$(PY) -m bench.paraphrase --split check
 	$(PY) -m bench.perf --json bench/results/perf.json
 
 dev: $(STAMP)

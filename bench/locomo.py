@@ -7,7 +7,11 @@ Ranked hits expand to their source turns in rank order (repeats dropped, cut at 
 a question is the fraction of its evidence turns found in the top k. Questions and answers are
 never read before querying; the dataset's summaries and observations are never used.
 
-    python -m bench.locomo --data ../shared/data/locomo/locomo_dev.json --json bench/results/locomo.json
+The five development conversations are split by conversation: recall is tuned on `--split tune`
+(conv-26, conv-30, conv-41: 497 questions) and reported on `--split check` (conv-42, conv-43: 502).
+
+    python -m bench.locomo --split check --json bench/results/locomo-check.json
+    python -m bench.locomo --split tune --recall-preset conversation
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ CATEGORY_NAMES = {
 }
 PUBLISHED_DRAGON = {"R@5": 56.7, "R@10": 66.2, "R@25": 76.7, "R@50": 82.7}
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
+SPLITS = {"tune": ("conv-26", "conv-30", "conv-41"), "check": ("conv-42", "conv-43")}
 
 
 def evidence_ids(raw: list) -> list[str]:
@@ -221,16 +226,21 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/locomo/locomo_dev.json"))
-    parser.add_argument("--json", type=Path, default=Path("bench/results/locomo.json"))
+    parser.add_argument("--split", choices=(*SPLITS, "all"), default="check")
+    parser.add_argument("--recall-preset", default="default", help="a RecallConfig preset by name")
+    parser.add_argument("--json", type=Path, default=None, help="default bench/results/locomo-<split>.json")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     args = parser.parse_args(argv)
+    os.environ["CORTEX_RECALL_PRESET"] = args.recall_preset
+    args.json = args.json or Path(f"bench/results/locomo-{args.split}.json")
     console = Console()
     if not args.data.is_file():
         raise SystemExit(f"bench.locomo: no dataset at {args.data}")
 
     from cortex_pipelines.memory.embedder import get_embedder
 
-    samples = json.loads(args.data.read_text())[: args.limit]
+    wanted = [c for split in SPLITS.values() for c in split] if args.split == "all" else SPLITS[args.split]
+    samples = [s for s in json.loads(args.data.read_text()) if s["sample_id"] in wanted][: args.limit]
     embedder = get_embedder()
     scores = {name: Scores() for name in ("cortex", "bm25", "dense")}
     timing = {"ingest_s": 0.0, "materialize_s": 0.0, "query_ms": []}
@@ -244,6 +254,9 @@ def main(argv: list[str] | None = None) -> dict:
     q = sorted(timing["query_ms"])
     out = {
         "dataset": str(args.data),
+        "split": args.split,
+        "conversations": [s["sample_id"] for s in samples],
+        "recall_preset": args.recall_preset,
         "questions": answered,
         "k": list(KS),
         "systems": {name: s.summary() for name, s in scores.items()},

@@ -21,6 +21,7 @@ or a stale term carries a current one (current-value-first).
 
     python -m bench.paraphrase --split check --json bench/results/paraphrase.json
     python -m bench.paraphrase --updates --split all      (figures to bench/results/updates-all.json)
+    python -m bench.paraphrase --split tune --recall-preset conversation
 """
 
 from __future__ import annotations
@@ -464,13 +465,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=(*SPLITS, "all"), default="check")
     parser.add_argument("--updates", action="store_true", help="the knowledge-update set instead")
+    parser.add_argument("--recall-preset", default="default", help="a RecallConfig preset by name")
     parser.add_argument("--json", type=Path, default=None, help="default bench/results/<set>-<split>.json")
     args = parser.parse_args(argv)
+    os.environ["CORTEX_RECALL_PRESET"] = args.recall_preset  # recall and the brain's auto-recall
     console = Console(width=120)
     run: Callable[[str, Console], dict] = run_updates if args.updates else run_paraphrase
     out = run(args.split, console)
+    out["recall_preset"] = args.recall_preset
     print_tables(out, console, () if args.updates else CATEGORIES)
-    target = args.json or Path(f"bench/results/{out['set']}-{args.split}.json")
+    target = args.json or Path(f"bench/results/{out['set']}-{args.split}-{args.recall_preset}.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(out, indent=2) + "\n")
     console.print(f"figures: {target}")

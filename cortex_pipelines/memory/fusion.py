@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
 from cortex_pipelines.memory.recall_config import RecallConfig
-from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot
+from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
 
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
@@ -26,18 +26,72 @@ def keywords(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in STOP_WORDS))
 
 
-def fuse(vector_hits: list[dict], text_hits: list[dict], config: RecallConfig) -> dict[int, Candidate]:
+class _TermCache(OrderedDict):
+    """Stemmed words of texts already seen, newest kept: the unindexed tail is read on every query
+    (every message, with auto-recall) and tokenizing it again each time grows with the backlog."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+_seen = _TermCache(8000)  # four times the default tail
+
+
+def stemmed(text: str) -> frozenset[str]:
+    """A text's words as full-text search sees them: lower case, no stop words, stemmed."""
+    return frozenset(tokenize([text], ids=False)[0])
+
+
+def stemmed_terms(texts: list[str]) -> list[frozenset[str]]:
+    """`stemmed` of each text, tokenizing only those not seen lately (in one batch)."""
+    known = {t: _seen[t] for t in dict.fromkeys(texts) if t in _seen}
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    for text, words in zip(missing, tokenize(missing, ids=False) if missing else [], strict=True):
+        known[text] = _seen[text] = frozenset(words)
+    return [known[t] for t in texts]
+
+
+def fuse(
+    vector_hits: list[dict],
+    text_hits: list[dict],
+    config: RecallConfig,
+    query_terms: frozenset[str] = frozenset(),
+) -> dict[int, Candidate]:
     """Weighted reciprocal rank fusion of a vector and a full-text result list."""
     fused: dict[int, Candidate] = {}
-    for weight, results in ((config.vector_weight, vector_hits), (config.fts_weight, text_hits)):
-        add_ranked(fused, results, weight, config)
+    add_ranked(fused, vector_hits, config.vector_weight, config, closeness=config.vector_closeness)
+    add_ranked(fused, text_hits, config.fts_weight, config, query_terms)
     return fused
 
 
-def add_ranked(fused: dict[int, Candidate], results: list[dict], weight: float, config: RecallConfig) -> None:
-    for rank, row in enumerate(results):
+def add_ranked(
+    fused: dict[int, Candidate],
+    results: list[dict],
+    weight: float,
+    config: RecallConfig,
+    query_terms: frozenset[str] = frozenset(),
+    closeness: bool = False,
+) -> None:
+    """Add a ranked list. With `fts_coverage` and query terms, a full-text hit counts in proportion
+    to the share of the query's words it says: one common word in common is weak evidence. With
+    `closeness`, a vector hit counts in proportion to how far its cosine rises above the floor,
+    against the best hit's: rank alone makes a barely related turn look like a close one."""
+    coverage = [1.0] * len(results)
+    if config.fts_coverage and query_terms and results:
+        said = stemmed_terms([row.get("search_text") or row["text"] for row in results])
+        coverage = [len(query_terms & words) / len(query_terms) for words in said]
+    elif closeness and results:
+        floor, best = config.min_cosine, results[0]["_cosine"]
+        coverage = [max(0.0, row["_cosine"] - floor) / max(best - floor, 1e-6) for row in results]
+    for rank, (row, share) in enumerate(zip(results, coverage, strict=True)):
         cand = fused.setdefault(int(row["id"]), Candidate(row))
-        cand.rrf += weight / (config.rrf_k + rank + 1)
+        cand.rrf += weight * share / (config.rrf_k + rank + 1)
 
 
 def with_neighbours(episodes: dict[int, Candidate], config: RecallConfig) -> dict[int, float]:

@@ -27,6 +27,7 @@ from cortex_pipelines.memory.fusion import (
     add_ranked,
     feedback_terms,
     fuse,
+    stemmed,
     weighted,
     with_neighbours,
     with_session,
@@ -164,17 +165,20 @@ def recall(
     if len(fact_table) or len(episode_table):
         if qvec is None:
             qvec = embedder.encode([query])[0]
+        asked = stemmed(query)
         active = fact_table.where(status="active")
         said = episode_table.where(exclude_sources, role="user")
         facts = fuse(
             fact_table.vector_search(qvec, pool, active, config.min_cosine),
             fact_table.text_search(query, pool, active),
             config,
+            asked,
         )
         episodes = fuse(
             episode_table.vector_search(qvec, pool, said, config.min_cosine),
             episode_table.text_search(query, pool, said),
             config,
+            asked,
         )
         if terms := feedback_terms(query, episodes, episode_table, config):
             wider = episode_table.text_search(f"{query} {' '.join(terms)}", pool, said)

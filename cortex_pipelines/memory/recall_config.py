@@ -14,17 +14,24 @@ from dataclasses import dataclass, replace
 class RecallConfig:
     # Reciprocal rank fusion: each result list adds weight / (rrf_k + rank).
     rrf_k: int = 60
-    # Below this cosine a vector hit is noise, not memory (seed 002's minMatchScore). For
-    # all-MiniLM-L6-v2 first-person paraphrases of a question score 0.15-0.35 ("How should people
-    # reach me?" / "Voice calls stress me out, so send me a WhatsApp instead.": 0.24).
-    min_cosine: float = 0.3
+    # Below this cosine a vector hit is noise, not memory (seed 002's minMatchScore). With
+    # all-MiniLM-L6-v2 a first-person statement and a question about it that shares no word score
+    # 0.15-0.55 ("How should people reach me?" / "Voice calls stress me out, so send me a WhatsApp
+    # instead.": 0.24); 0.3 dropped a third of them.
+    min_cosine: float = 0.2
     fts_weight: float = 1.0
-    vector_weight: float = 0.5
+    vector_weight: float = 1.0
+    # A full-text hit counts in proportion to the share of the query's words it says: a turn that
+    # shares only "out" or "room" with the question is weak evidence.
+    fts_coverage: bool = True
+    # A vector hit counts in proportion to how far its cosine rises above `min_cosine`, against the
+    # best hit's: by rank alone a turn at 0.22 weighed as much as one at 0.45 when few turns exist.
+    vector_closeness: bool = True
     # A turn next to a strong hit shares its topic (the answer to a matched question): it gains this
     # share of its best neighbour's fused score. Only across speakers when `neighbours_in_dialogue`:
     # the user's previous message to the agent is usually about something else.
     neighbour_share: float = 0.5
-    neighbours_in_dialogue: bool = False
+    neighbours_in_dialogue: bool = True
     # A query naming a day or a month prefers what was said then.
     date_boost: float = 2.0
     # Each turn gains this share of the top `session_top` scores of its conversation (channel, day).
@@ -44,8 +51,14 @@ class RecallConfig:
 
 
 # Tuned on the whole LoCoMo development split (two people talking about their lives) before the
-# paraphrase set existed: R@10 80.2 there; 14% settled on the paraphrase check half.
-CONVERSATION = RecallConfig(neighbours_in_dialogue=False)
+# paraphrase set existed: R@10 80.2 there, 14% settled on the paraphrase check half. Kept to compare.
+CONVERSATION = RecallConfig(
+    min_cosine=0.3,
+    vector_weight=0.5,
+    fts_coverage=False,
+    vector_closeness=False,
+    neighbours_in_dialogue=False,
+)
 
 PRESETS: dict[str, RecallConfig] = {
     "default": RecallConfig(),

@@ -3,51 +3,21 @@ the vectors the brain stored when it recorded them, matched by keywords and by m
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 import pyarrow as pa
 
-from cortex_pipelines.memory.fusion import Candidate, fuse
+from cortex_pipelines.memory.fusion import Candidate, fuse, stemmed, stemmed_terms
 from cortex_pipelines.memory.recall_config import RecallConfig
-from cortex_pipelines.memory.snapshot import tokenize
-
-# Tokenized texts kept per process; the tail holds at most `tail_turns` (2,000 by default).
-_TERM_CACHE_SIZE = 8000
-
-
-class _TermCache(OrderedDict):
-    """Stemmed words of texts already seen, newest kept: the unindexed tail is read on every query
-    (every message, with auto-recall) and tokenizing it again each time grows with the backlog."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = size
-
-    def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        if len(self) > self.size:
-            self.popitem(last=False)
-
-
-_said_terms = _TermCache(_TERM_CACHE_SIZE)
-
-
-def _terms(text: str) -> frozenset[str]:
-    return frozenset(tokenize([text], ids=False)[0])
 
 
 def by_keywords(query: str, texts: list[str], k: int, rrf_k: int) -> list[tuple[int, float]]:
     """(position, score) of the texts that use the query's (stemmed) words, most words first, then
     in the given order; the score is a reciprocal rank scaled by the share of words matched."""
-    terms = _terms(query)
+    terms = stemmed(query)
     if not terms or not texts:
         return []
-    known = {t: _said_terms[t] for t in dict.fromkeys(texts) if t in _said_terms}
-    missing = [t for t in dict.fromkeys(texts) if t not in known]
-    for text, words in zip(missing, tokenize(missing, ids=False) if missing else [], strict=True):
-        known[text] = _said_terms[text] = frozenset(words)
-    found = [len(terms.intersection(known[t])) for t in texts]
+    known = stemmed_terms(texts)
+    found = [len(terms.intersection(words)) for words in known]
     ranked = sorted((i for i, n in enumerate(found) if n), key=lambda i: -found[i])[:k]  # stable
     return [(i, 1.0 / (rrf_k + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
 
@@ -89,4 +59,5 @@ def candidates(
     texts = [turns[i]["text"] for i in keep]
     by_words = [turns[keep[j]] for j, _ in by_keywords(query, texts, k, config.rrf_k)]
     by_meaning = sorted((i for i in keep if cosine[i] >= config.min_cosine), key=lambda i: -cosine[i])[:k]
-    return fuse([turns[i] for i in by_meaning], by_words, config)
+    close = [{**turns[i], "_cosine": float(cosine[i])} for i in by_meaning]
+    return fuse(close, by_words, config, stemmed(query))
