@@ -60,3 +60,15 @@ def test_spans_point_into_the_text_and_line_ends_split_only_when_asked():
     spans = sentence_spans(text, at_newlines=True)
     assert [text[s:e] for s, e in spans] == ["We met Dr. Kahnwald.", "She charges 3.5 hours", "fine?", "ok"]
     assert split_sentences(text, at_newlines=True) == [text[s:e] for s, e in spans]
+
+
+def test_a_turn_is_searched_with_the_turn_it_answers_only_in_an_exchange():
+    from cortex_pipelines.memory.pipeline import episode_search_text
+
+    # Another speaker's question and its answer are one exchange: the answer is found by its words.
+    assert episode_search_text("jon", "Lisbon, in May.", "maya", "Where are you going?") == (
+        "maya: Where are you going?\njon: Lisbon, in May."
+    )
+    # The user's own previous message is about something else: it must not lend this turn its words.
+    paired = episode_search_text("maya", "good morning!", "maya", "I'm allergic to peanuts.")
+    assert paired == "maya: good morning!"

@@ -78,9 +78,11 @@ def embedder_id(embedder: Embedder) -> str:
 
 
 def episode_search_text(sender: str | None, text: str, prev_sender: str | None, prev_text: str | None) -> str:
-    """A turn as full-text search sees it: who said it, and the turn it answers."""
+    """A turn as full-text search sees it: who said it, and the turn it answers, when another
+    speaker said that one (an exchange). The user's own previous message to the agent is usually
+    about something else, and pairing it gave an unrelated turn the words of a statement."""
     own = speaker_line(sender, text)
-    if prev_text is None:
+    if prev_text is None or prev_sender == sender:
         return own
     return f"{speaker_line(prev_sender, prev_text[:1000])}\n{own}"
 
