@@ -30,8 +30,9 @@ SEMANTIC = "semantic"
 _COMMON = [
     pa.field("id", pa.int64()),
     pa.field("text", pa.string()),
-    # What BM25 sees: for an episode, the turn with its speaker and the turn before it,
-    # so a question phrased like the earlier turn still finds the answer; for a fact, its text.
+    # What BM25 sees: for an episode, the turn with its speaker and, when another speaker said it,
+    # the user turn before it, so a question phrased like the earlier turn still finds the answer;
+    # for a fact, its text.
     # An episode's vector embeds only the turn with its speaker: fused with the wider full text, that
     # ranked better on LoCoMo than a vector of both turns.
     pa.field("search_text", pa.string()),
