@@ -114,6 +114,8 @@ class Instance:
     replies: dict[str, str]  # external id -> the brain's reply
     label: dict[int, str]  # session id -> external id, for every user turn
     timing: dict = field(default_factory=dict)
+    # Knowledge updates the brain detected while answering: (older turn, newer turn, cosine) by label.
+    links: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def paraphrase_turns(items: list[dict], distractors: list[dict], asked: list[dict]) -> list[Turn]:
@@ -218,7 +220,10 @@ def live_instance(tmp: Path, turns: list[Turn]) -> Instance:
             session[key] = sid
         else:
             replies[key] = content
-    return Instance(settings, db, session, replies, {v: k for k, v in session.items()}, timing)
+    label = {v: k for k, v in session.items()}
+    found = db.query("SELECT old_session_id, new_session_id, cosine FROM statement_updates")
+    links = [(label[old], label[new], round(cosine or 0.0, 3)) for old, new, cosine in found]
+    return Instance(settings, db, session, replies, label, timing, links)
 
 
 def settle(inst: Instance) -> None:
@@ -379,6 +384,7 @@ def run_paraphrase(split: str, console: Console) -> dict:
         "statements": len(items),
         "distractors": len(distractors),
         "systems": {m: summary(records, m, CATEGORIES) for m in metrics},
+        "update_links": inst.links,  # the set has no knowledge updates: every link here is a false one
         "timing": {
             **inst.timing,
             "recall_live_p50_ms": round(statistics.median(live_ms), 1),
@@ -386,6 +392,11 @@ def run_paraphrase(split: str, console: Console) -> dict:
         },
         "questions_detail": records,
     }
+
+
+def same_pair(old: str, new: str) -> bool:
+    """Whether a detected link joins an update pair's old and new statement ("old:car" → "new:car")."""
+    return old.startswith("old:") and new.startswith("new:") and old[4:] == new[4:]
 
 
 def run_updates(split: str, console: Console) -> dict:
@@ -430,6 +441,10 @@ def run_updates(split: str, console: Console) -> dict:
         "questions": len(asked),
         "pairs": len(pairs),
         "systems": {m: summary(records, m, ()) for m in ("reply", "live", "settled", "bm25", "dense")},
+        "update_links": {
+            "true": sorted((new[4:], cosine) for old, new, cosine in inst.links if same_pair(old, new)),
+            "false": [link for link in inst.links if not same_pair(link[0], link[1])],
+        },
         "timing": inst.timing,
         "questions_detail": records,
     }
@@ -458,6 +473,12 @@ def print_tables(out: dict, console: Console, columns: tuple[str, ...]) -> None:
             row = [by_split[split][c] for c in ("overall", *columns)]
             table.add_row(LABELS[metric], *("-" if v is None else f"{v:.0f}" for v in row))
         console.print(table)
+    links = out.get("update_links")
+    if isinstance(links, dict):
+        false = links["false"]
+        console.print(f"update links: {len(links['true'])} true {links['true']}, {len(false)} false {false}")
+    elif links is not None:
+        console.print(f"update links (none intended): {len(links)} {links}")
     console.print(f"timing: {out['timing']}")
 
 

@@ -95,6 +95,7 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
             "turns_read": report.turns_read,
             "new_facts": len(report.new),
             "reinforced_facts": len(report.reinforced),
+            "outdated_facts": len(report.outdated),
             "llm_calls": report.llm_calls,
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,

@@ -75,9 +75,10 @@ class Context:
             if hit.fact_id is None and shown_turns.intersection(hit.sources):
                 continue
             when = f"{hit.at:%Y-%m-%d}" if hit.at else "undated"
+            since = f"; no longer current: updated in msg {hit.updated_by}" if hit.updated_by else ""
             line = (
                 f"- {one_line(hit.text, 600)} ({hit.tier}, {one_line(hit.channel or '?', 32)} {when}; "
-                f"msg {', '.join(map(str, hit.sources[:5]))})"
+                f"msg {', '.join(map(str, hit.sources[:5]))}{since})"
             )
             cost = estimate_tokens(line)
             if used + cost > budget_tokens:

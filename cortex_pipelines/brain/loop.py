@@ -26,9 +26,11 @@ from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
+from cortex_pipelines.memory.recall_config import preset
+from cortex_pipelines.memory.updates import announces_change, subject_of, superseded_statement
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
-from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, utcnow
+from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
@@ -167,6 +169,7 @@ class Brain:
 
         context, completed_op, op_note = self.db.run(begin_turn)
         recalled = self._recall(msg, context, query_vector)
+        self._note_update(msg, context.session_id)
         hints = {
             "recalled": [hit.as_dict() for hit in recalled],
             "channel": msg.channel,
@@ -231,9 +234,44 @@ class Brain:
         context.add_recalled(hits, self.settings.recall_context_tokens)
         return hits
 
-    def _embed(
-        self, msg: BusMessage
-    ) -> tuple[tuple[str, np.ndarray, np.ndarray] | None, np.ndarray | None]:
+    def _note_update(self, msg: BusMessage, session_id: int) -> None:
+        """Knowledge updates, at write time so the next message sees them: an owner statement that
+        announces a change supersedes the earlier statement it is about (memory/updates.py), and
+        facts drawn only from superseded statements stop being current. Costs one recall and one
+        small encode, only for the few turns that announce a change."""
+        if not speaks_for_owner(self.settings, msg) or not announces_change(msg.text):
+            return
+        config = preset(self.settings.recall_preset)
+        try:
+            embedder = self.embedder or embedder_for(self.settings)
+            found = recall(
+                self.db,
+                self.settings,
+                subject_of(msg.text),
+                k=config.update_candidates,
+                exclude_sources={session_id},
+            )
+            old = superseded_statement(
+                msg.text, session_id, found, self.settings.is_owner, embedder.encode, config.update_min_cosine
+            )
+        except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
+            self.log(f"message {msg.id}: updates not checked ({exc})")
+            return
+        if old is None:
+            return
+        old_ids, cosine = old
+
+        def link(con):
+            for old_id in old_ids:
+                updates.record(con, old_id, session_id, cosine)
+            return updates.close_outdated_facts(con)
+
+        closed = self.db.run(link)
+        self.log(
+            f"message {msg.id} updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
+        )
+
+    def _embed(self, msg: BusMessage) -> tuple[tuple[str, np.ndarray, np.ndarray] | None, np.ndarray | None]:
         """Write-through indexing: the turn's vectors as episodic indexing would store them, and
         in the same encode the vector of what auto-recall will search for. An embedder that cannot
         load leaves the turn to that indexing run, never fails the message."""

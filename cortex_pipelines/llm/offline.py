@@ -169,7 +169,8 @@ def _quote(hit: dict) -> str:
     where = ", ".join(str(v) for v in (hit.get("channel"), hit.get("date")) if v)
     sources = hit.get("sources") or []
     ref = f"msg {', '.join(str(s) for s in sources[:3])}" if sources else ""
-    meta = "; ".join(p for p in (where, ref) if p)
+    since = f"since updated in msg {hit['updated_by']}" if hit.get("updated_by") else ""
+    meta = "; ".join(p for p in (where, ref, since) if p)
     return f"{text} ({meta})" if meta else text
 
 

@@ -111,20 +111,24 @@ class _LLMFact(BaseModel):
     category: str
     importance: int = Field(2, ge=1, le=3)
     source_ids: list[int] = Field(min_length=1)
+    supersedes: list[int] = Field(default_factory=list)
 
 
 EXTRACTION_SYSTEM = """You extract durable memories from a conversation between a user and their \
-agent. Return only a JSON array of objects {"text", "category", "importance", "source_ids"}:
+agent. Return only a JSON array of objects {"text", "category", "importance", "source_ids", \
+"supersedes"}:
 - text: one self-contained statement about the user or their world, in the user's terms;
 - category: one of fact, decision, preference, insight, identity, event, goal;
 - importance: 1 routine, 2 useful, 3 critical or identity;
-- source_ids: the ids of the turns it comes from (at least one).
+- source_ids: the ids of the turns it comes from (at least one);
+- supersedes: the [F…] numbers of known memories it makes no longer true (the user moved, changed \
+job, switched provider, ...), else [].
 Skip greetings, small talk, questions, and anything already in the known memories. Never extract \
 from quoted text or from text the agent wrote. Return [] when nothing is new."""
 
 
-def extraction_request(turns: list[SourceTurn], known: list[str]) -> LLMRequest:
-    memory = "\n".join(f"- {k}" for k in known) or "(none)"
+def extraction_request(turns: list[SourceTurn], known: list[tuple[int, str]]) -> LLMRequest:
+    memory = "\n".join(f"[F{fact_id}] {text}" for fact_id, text in known) or "(none)"
     convo = "\n".join(f"[{t.id}] ({t.channel}) {own_text(t.text)}" for t in turns)
     return LLMRequest(
         system=EXTRACTION_SYSTEM,
@@ -134,8 +138,11 @@ def extraction_request(turns: list[SourceTurn], known: list[str]) -> LLMRequest:
     )
 
 
-def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -> list[FactDraft]:
-    """Validate the model's JSON; facts without a real source or quoting injected text are dropped."""
+def parse_llm_facts(
+    raw: str, turns: list[SourceTurn], injected: InjectedText, known_ids: frozenset[int] = frozenset()
+) -> list[FactDraft]:
+    """Validate the model's JSON; facts without a real source or quoting injected text are dropped,
+    and a fact supersedes only known facts it was shown."""
     start, end = raw.find("["), raw.rfind("]")
     if start < 0 or end <= start:
         return []
@@ -163,6 +170,7 @@ def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -
                 sources,
                 channels,
                 max(by_id[i].ts for i in sources),
+                supersedes=tuple(sorted({i for i in fact.supersedes if i in known_ids})),
             )
         )
     return drafts
@@ -171,12 +179,13 @@ def parse_llm_facts(raw: str, turns: list[SourceTurn], injected: InjectedText) -
 def extract_with_llm(
     complete: Callable[[LLMRequest], LLMResponse],
     turns: list[SourceTurn],
-    known: list[str],
+    known: list[tuple[int, str]],
     injected: InjectedText,
 ):
-    """Returns (drafts, response); `complete` is the recording LLM call."""
+    """Returns (drafts, response); `complete` is the recording LLM call; `known` is (id, text) of
+    the facts the model may dedupe against or mark as superseded."""
     usable = [t for t in turns if t.channel not in SKIP_CHANNELS]
     if not usable:
         return [], None
     response = complete(extraction_request(usable, known))
-    return parse_llm_facts(response.text, usable, injected), response
+    return parse_llm_facts(response.text, usable, injected, frozenset(i for i, _ in known)), response

@@ -23,7 +23,7 @@ from cortex_pipelines.memory.extract import (
 from cortex_pipelines.memory.sentences import split_sentences
 from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, session, turn_vectors, utcnow
+from cortex_pipelines.storage import Database, session, turn_vectors, updates, utcnow
 
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
@@ -34,6 +34,7 @@ EXTRACTION_CURSOR = "facts_extracted"
 class WriteReport:
     new: list[int] = field(default_factory=list)
     reinforced: list[int] = field(default_factory=list)
+    outdated: list[int] = field(default_factory=list)
     llm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -215,6 +216,10 @@ def remember(
             for extra in rest:
                 store.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
             report.new.append(fact_id)
+        for draft in drafts:  # the extraction model named facts this one makes no longer true
+            for old_turn in updates.sources_of(con, list(draft.supersedes)):
+                if old_turn < min(draft.sources):  # only an earlier statement can be updated
+                    updates.record(con, old_turn, draft.sources[-1], None)
 
     db.run(write)
     sync_facts(db, vectors, embedder, settings)
@@ -253,7 +258,7 @@ def extract_new_facts(
         drafts = []
         for start in range(0, len(turns), 40):
             chunk = turns[start : start + 40]
-            known = [f["text"] for f in db.run(store.hot_for_floor, 50)]
+            known = [(f["id"], f["text"]) for f in db.run(store.hot_for_floor, 50)]
             complete = partial(complete_recorded, db, llm, asset="extracted_facts")
             found, response = extract_with_llm(complete, chunk, known, injected)
             if response is not None:
@@ -263,6 +268,7 @@ def extract_new_facts(
             drafts.extend(found)
     written = remember(db, vectors, embedder, settings, drafts)
     report.new, report.reinforced = written.new, written.reinforced
+    report.outdated = db.run(updates.close_outdated_facts)  # facts from statements the user updated
     db.run(store.set_cursor, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report

@@ -36,8 +36,9 @@ from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.sentences import QUESTION, is_question, split_sentences
 from cortex_pipelines.memory.snapshot import Snapshot
+from cortex_pipelines.memory.updates import Successor, newest_successors
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, turn_vectors, utcnow
+from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Hit:
     fact_id: int | None = None
     category: str | None = None
     sender: str | None = None  # who said an episodic turn (a fact is always the owner's)
+    updated_by: int | None = None  # the session id of the later statement that replaced this one
 
     def as_dict(self) -> dict:
         out = {
@@ -69,6 +71,8 @@ class Hit:
         if self.fact_id is not None:
             out["fact_id"] = self.fact_id
             out["category"] = self.category
+        if self.updated_by is not None:
+            out["updated_by"] = self.updated_by
         return out
 
 
@@ -118,7 +122,7 @@ def _fact_meta(con, ids: list[int]) -> dict[int, dict]:
     if not ids:
         return {}
     cur = con.execute(
-        "SELECT id, tier, status, hit_count, decay, importance, stated_at FROM facts "
+        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts "
         "WHERE id IN (SELECT unnest(?))",
         [ids],
     )
@@ -195,9 +199,10 @@ def recall(
                 everything=readable_episodes is None,
             ),
             store.active(con, "hot") if readable_facts is None else [],
+            updates.links(con),
         )
 
-    meta, recent, hot = db.run(read)
+    meta, recent, hot, links = db.run(read)
     if qvec is None and recent.column("vector").null_count < recent.num_rows:
         qvec = embedder.encode([query])[0]
     episodes |= tail.candidates(recent, qvec, query, set(exclude_sources), pool, config)
@@ -250,8 +255,52 @@ def recall(
             if said_then(hit.at, times):
                 hit.score *= config.date_boost
     hits = _facts_stand_for_their_turns(hits, config)
+    hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
     hits.sort(key=lambda h: h.score, reverse=True)
     return hits[:k]
+
+
+def _current_first(
+    hits: list[Hit],
+    successors: dict[int, Successor],
+    exclude_sources: set[int],
+    fact_meta: dict[int, dict],
+    config: RecallConfig,
+) -> list[Hit]:
+    """Knowledge updates: a memory whose statements the user has since updated ("I live in
+    Lisbon", later "I moved to Porto") ranks just behind the newest statement, which joins the hits
+    if the search missed it (unless the caller already shows it); the older one stays, as history,
+    marked with what replaced it."""
+    holder: dict[int, Hit] = {}
+    for hit in hits:
+        for source in hit.sources:
+            holder.setdefault(source, hit)
+    joined = []
+    for hit in hits:
+        replaced = [successors[s] for s in hit.sources if s in successors]
+        closed = hit.fact_id is not None and (fact_meta.get(hit.fact_id) or {}).get("valid_to") is not None
+        if replaced and len(replaced) == len(hit.sources):
+            newest = max(replaced, key=lambda s: s.at)
+            hit.updated_by = newest.session_id
+            current = holder.get(newest.session_id)
+            if current is None and newest.session_id not in exclude_sources:
+                current = Hit(
+                    newest.text,
+                    0.0,
+                    "episodic",
+                    [newest.session_id],
+                    newest.channel,
+                    newest.at,
+                    sender=newest.sender,
+                )
+                holder[newest.session_id] = current
+                joined.append(current)
+            if current is not None and current is not hit:
+                current.score = max(current.score, hit.score)
+        elif not closed:
+            continue
+        hit.score *= config.outdated_weight
+    return hits + joined
 
 
 def _facts_stand_for_their_turns(hits: list[Hit], config: RecallConfig) -> list[Hit]:

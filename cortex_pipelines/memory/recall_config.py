@@ -45,6 +45,12 @@ class RecallConfig:
     feedback_weight: float = 0.5
     # Turns said since the last episodic indexing run that recall reads from DuckDB.
     tail_turns: int = 2000
+    # Knowledge updates (memory/updates.py): a statement announcing a change supersedes the earlier
+    # owner statement recall finds for it when their cosine reaches this; the superseded memory
+    # keeps this share of its score, just behind the statement that replaced it.
+    update_min_cosine: float = 0.38
+    update_candidates: int = 5
+    outdated_weight: float = 0.8
 
     def with_(self, **changes) -> RecallConfig:
         return replace(self, **changes)

@@ -53,11 +53,12 @@ class FactDraft:
     channels: tuple[str, ...]
     stated_at: datetime
     origin: str = "extraction"
+    supersedes: tuple[int, ...] = ()  # ids of known facts this one replaces (the extraction model says)
 
 
 FACT_COLUMNS = (
     "id, text, category, importance, tier, status, sources, channels, origin, stated_at, created_at, "
-    "updated_at, last_accessed_at, hit_count, decay"
+    "updated_at, last_accessed_at, hit_count, decay, valid_to"
 )
 
 
@@ -84,8 +85,8 @@ def insert(con, draft: FactDraft, *, tier: str = "hot") -> int:
     fact_id = con.execute(
         """
         INSERT INTO facts (text, norm_hash, category, importance, tier, sources, channels, origin,
-                           stated_at, created_at, updated_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
+                           stated_at, valid_from, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
         """,
         [
             draft.text,
@@ -96,6 +97,7 @@ def insert(con, draft: FactDraft, *, tier: str = "hot") -> int:
             list(draft.sources),
             list(draft.channels),
             draft.origin,
+            draft.stated_at,
             draft.stated_at,
             now,
             now,
@@ -191,10 +193,12 @@ def active(con, tier: str | None = None) -> list[dict]:
 
 
 def hot_for_floor(con, limit: int) -> list[dict]:
-    """Known facts for the system floor (seed 000): most-used first, then most recent."""
+    """Known facts for the system floor (seed 000): most-used first, then most recent. A fact the
+    user has since updated is history, not something to state as true."""
     return dict_rows(
         con.execute(
             "SELECT id, text, category FROM facts WHERE status = 'active' AND tier = 'hot' "
+            "AND valid_to IS NULL "
             "ORDER BY hit_count DESC, coalesce(last_accessed_at, created_at) DESC, id DESC LIMIT ?",
             [limit],
         )

@@ -32,11 +32,12 @@ and core identity facts. Use only what the memory says; never add facts. Start w
 
 
 def memory_rows(db: Database) -> list[dict]:
-    """Active facts in bulletin order. Hit counts are left out on purpose: they change on every
-    recall and would rewrite the file (and cool a prompt cache) without new knowledge."""
+    """Active facts still true (not since updated by the user) in bulletin order. Hit counts are
+    left out on purpose: they change on every recall and would rewrite the file (and cool a prompt
+    cache) without new knowledge."""
     return db.query_dicts(
         "SELECT id, text, category, importance, sources, stated_at FROM facts WHERE status = 'active' "
-        "ORDER BY importance DESC, stated_at DESC, id DESC"
+        "AND valid_to IS NULL ORDER BY importance DESC, stated_at DESC, id DESC"
     )
 
 

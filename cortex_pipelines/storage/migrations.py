@@ -251,4 +251,22 @@ V5 = [
     )""",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)]
+V6 = [
+    # Knowledge updates: a later owner statement that announces a change ("I moved to Porto") and
+    # is about what an earlier one said ("I live in Lisbon") supersedes it. The link is between
+    # turns, so it holds before any fact is extracted; recall puts the newer statement first and
+    # keeps the older one as history.
+    """CREATE TABLE statement_updates (
+        old_session_id BIGINT PRIMARY KEY,
+        new_session_id BIGINT NOT NULL,
+        cosine DOUBLE,  -- NULL when the extraction model named the update
+        detected_at TIMESTAMP NOT NULL
+    )""",
+    # A fact is true from valid_from until valid_to (NULL: still true). A fact whose statement was
+    # updated keeps its row and status, so history stays queryable, but leaves the floor and bulletin.
+    "ALTER TABLE facts ADD COLUMN valid_from TIMESTAMP",
+    "ALTER TABLE facts ADD COLUMN valid_to TIMESTAMP",
+    "UPDATE facts SET valid_from = stated_at",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)]

@@ -1,0 +1,121 @@
+"""Knowledge updates: a newer statement about the same subject supersedes the older one.
+
+"I live in Lisbon", then ten days later "I moved to Porto last week": asked where the user lives,
+recall must say Porto first and keep Lisbon as history. Detection is offline and cheap, and runs
+only on turns that announce a change (a few per cent): a statement with a change marker ("moved
+to", "switched", "now", "instead", "no longer", …) supersedes the earlier owner statement that
+recall finds for it, when the two are close in meaning. The link is stored between the turns
+(storage/updates.py); facts drawn only from superseded turns get their valid_to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+
+from cortex_pipelines.memory.sentences import is_question
+
+# Words that say something changed or replaced what was true before (EN, DE). A marker alone links
+# nothing: the earlier statement must also be what recall finds for this one, and close in meaning.
+CHANGE = re.compile(
+    r"(?<!right )\b(now|nowadays|these days|any ?more|no longer|no more|instead|switched|switching|"
+    r"changed|moved|started|starting|joined|quit|dropped|cancell?ed|sold|replaced|swapped|gone|"
+    r"became|promoted|up to|took up|taken up|done with|adopted|registered|first day|since)\b"
+    # "new" as in "our new pizza spot" or "New number: …", not "the new bakery" or "a new curtain"
+    r"|\b(my|our|his|her|their) new\b|^\s*new\b"
+    r"|\b(jetzt|nun|inzwischen|mittlerweile|neu(e[nmrs]?)?|stattdessen|nicht mehr|umgezogen|"
+    r"gewechselt|seit)\b",
+    re.IGNORECASE,
+)
+
+
+MIN_SUBJECT_WORDS = 3
+
+
+@dataclass(frozen=True)
+class Successor:
+    """The newest statement that updated an earlier one."""
+
+    session_id: int
+    text: str
+    channel: str
+    sender: str | None
+    at: datetime
+
+
+def announces_change(text: str) -> bool:
+    """A statement (not a question) that says something is now different, about something: with
+    the change words taken out, at least MIN_SUBJECT_WORDS are left ("back now" is small talk)."""
+    return (
+        not is_question(text)
+        and CHANGE.search(text) is not None
+        and len(subject_of(text).split()) >= MIN_SUBJECT_WORDS
+    )
+
+
+def subject_of(text: str) -> str:
+    """What a statement is about, without the words that announce a change: what to search for and
+    compare with, so two unrelated updates ("switched to Monzo", "switched to cortados") do not look
+    alike for sharing "switched"."""
+    return " ".join(CHANGE.sub(" ", text).split())
+
+
+class Memory(Protocol):
+    """What detection reads of a recall hit."""
+
+    text: str
+    sources: list[int]
+    fact_id: int | None
+    channel: str | None
+    sender: str | None
+    updated_by: int | None
+
+
+def superseded_statement(
+    new_text: str,
+    new_session_id: int,
+    found: Sequence[Memory],
+    is_owner: Callable[[str, str | None], bool],
+    encode: Callable[[list[str]], np.ndarray],
+    min_cosine: float,
+) -> tuple[list[int], float] | None:
+    """Which earlier owner statement a turn announcing a change supersedes: among what recall
+    `found` for it, the one closest in meaning (unit vectors from `encode`), if it reaches
+    `min_cosine`. Returns its session ids and the cosine."""
+    earlier = [
+        m
+        for m in found
+        if m.sources
+        and max(m.sources) < new_session_id
+        and m.updated_by is None
+        and (m.fact_id is not None or is_owner(m.channel or "", m.sender))
+    ]
+    if not earlier:
+        return None
+    vectors = encode([subject_of(new_text), *(subject_of(m.text) for m in earlier)])
+    cosines = vectors[1:] @ vectors[0]
+    best = int(np.argmax(cosines))
+    if cosines[best] < min_cosine:
+        return None
+    return list(earlier[best].sources), float(cosines[best])
+
+
+def newest_successors(
+    links: list[tuple[int, int, str, str, str | None, datetime]],
+) -> dict[int, Successor]:
+    """For each superseded turn, the newest statement in its chain of updates (Lisbon → Porto →
+    Berlin: Lisbon's successor is Berlin)."""
+    direct = {old: Successor(new, text, channel, sender, at) for old, new, text, channel, sender, at in links}
+    newest = {}
+    for old, successor in direct.items():
+        seen = {old}
+        while successor.session_id in direct and successor.session_id not in seen:
+            seen.add(successor.session_id)
+            successor = direct[successor.session_id]
+        newest[old] = successor
+    return newest

@@ -1,0 +1,65 @@
+"""Knowledge updates (migration v6): which owner statement superseded which, and the facts that
+stopped being true because of it. Links are between session turns, so they exist from the moment
+the newer turn is recorded, before any fact is extracted from either."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cortex_pipelines.storage.db import utcnow
+
+
+def record(con, old_session_id: int, new_session_id: int, cosine: float | None) -> bool:
+    """Link an earlier statement to the one that updated it. The first link of a statement holds:
+    a later change to the same subject links the newer statement, and chains resolve to the newest."""
+    row = con.execute(
+        "INSERT INTO statement_updates (old_session_id, new_session_id, cosine, detected_at) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT (old_session_id) DO NOTHING RETURNING old_session_id",
+        [old_session_id, new_session_id, cosine, utcnow()],
+    ).fetchone()
+    return row is not None
+
+
+def links(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
+    """Every link with the newer turn as it stands: (old id, new id, text, channel, sender, said at).
+    Links are few (one per change the user announced), so recall reads them all in its transaction;
+    a link whose newer turn no longer exists (erased) is not returned."""
+    return con.execute(
+        "SELECT u.old_session_id, u.new_session_id, s.content, s.channel, s.sender, s.ts "
+        "FROM statement_updates u JOIN session s ON s.id = u.new_session_id "
+        "ORDER BY u.old_session_id"
+    ).fetchall()
+
+
+def sources_of(con, fact_ids: list[int]) -> list[int]:
+    """The session turns the given facts were drawn from."""
+    row = con.execute(
+        "SELECT list_sort(list_distinct(flatten(list(sources)))) FROM facts WHERE id IN (SELECT unnest(?))",
+        [fact_ids],
+    ).fetchone()
+    return list(row[0] or []) if row else []
+
+
+def close_outdated_facts(con) -> list[int]:
+    """Facts whose every source statement has been updated stop being true when the first update
+    was said (valid_to); their rows, status and sources stay, so history stays queryable."""
+    outdated = con.execute(
+        """
+        SELECT f.id, min(s.ts) AS until, list_sort(list_distinct(list(u.new_session_id)))
+        FROM facts f, unnest(f.sources) AS src(session_id)
+        LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
+        LEFT JOIN session s ON s.id = u.new_session_id
+        WHERE f.status = 'active' AND f.valid_to IS NULL
+        GROUP BY f.id
+        HAVING count(*) = count(s.id)
+        """
+    ).fetchall()
+    now = utcnow()
+    for fact_id, until, by_messages in outdated:
+        con.execute("UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ?", [until, now, fact_id])
+        con.execute(
+            "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
+            "VALUES (?, ?, 'outdated', json_object('by_messages', ?))",
+            [fact_id, now, by_messages],
+        )
+    return [fact_id for fact_id, _, _ in outdated]
