@@ -32,7 +32,7 @@ from cortex_pipelines.memory.recall import note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage import Database, facts, outbox
 from cortex_pipelines.storage.backup import BackupError
 from cortex_pipelines.storage.bus import requeue_failed
 from cortex_pipelines.storage.health import as_store_damaged
@@ -444,6 +444,18 @@ def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "ask
 
 
 @app.command()
+def unforget(
+    fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user"
+) -> None:
+    """Undo a forget: the fact, and the messages it came from, are recalled again."""
+    settings = _ready()
+    if not Database(settings.paths.db).run(facts.unforget, fact_id, f"cli: {reason}"):
+        _fail(f"no forgotten fact {fact_id}")
+    _resync(settings)
+    out.print(f"fact {fact_id} is remembered again")
+
+
+@app.command()
 def edit(fact_id: int, text: str) -> None:
     """Correct a fact: the new text supersedes it and keeps its sources."""
     settings = _ready()
@@ -454,6 +466,83 @@ def edit(fact_id: int, text: str) -> None:
         _fail(f"no active fact {fact_id}")
     _resync(settings)
     out.print(f"fact {fact_id} is now fact {new_id}")
+
+
+@app.command()
+def erase(
+    message: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--message",
+            metavar="ID",
+            help="a message by its bus id: the #N of `cortex run`, `cortex outbox` (← #N) and "
+            "`cortex retry` (repeatable); erased at once",
+        ),
+    ] = None,
+    turn: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--turn",
+            metavar="ID",
+            help="a message by a turn id, as `cortex recall` lists them (messages [N]) (repeatable); "
+            "erased at once",
+        ),
+    ] = None,
+    matching: Annotated[
+        str | None,
+        typer.Option("--matching", metavar="TEXT", help="messages whose text or reply holds TEXT (any case)"),
+    ] = None,
+    sender: Annotated[
+        str | None, typer.Option("--sender", metavar="CHANNEL:ID", help="messages from this sender")
+    ] = None,
+    before: Annotated[
+        str | None,
+        typer.Option("--before", metavar="DATE", help="messages sent before DATE (ISO 8601; naive is UTC)"),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="erase what --matching / --sender / --before select (else: list it)")
+    ] = False,
+    finish: Annotated[
+        bool, typer.Option("--finish", help="complete erasures whose database file was kept busy")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Erase messages, with the replies to them and everything derived from them, from every store:
+    DuckDB (and its backups), LanceDB, recall snapshots, published files, outbox, inbox archives and
+    Dagster's run storage. Not reversible; an audit row keeps the ids and counts, never the text.
+    --matching, --sender and --before combine as filters and only list what they select until --yes."""
+    from cortex_pipelines.admin import erase as eraser
+
+    settings = _ready()
+    if finish:
+        if message or turn or matching is not None or sender is not None or before is not None:
+            _fail("--finish takes no selector")
+        try:
+            done = eraser.finish(settings)
+        except eraser.EraseError as exc:
+            _fail(str(exc), code=1)
+        if as_json:
+            _print_json({"finished": done})
+        else:
+            _say(
+                f"finished erasure(s) {', '.join(f'#{i}' for i in done)}" if done else "no erasure unfinished"
+            )
+        return
+    try:
+        selected = eraser.selector(message, turn, matching, sender, before)
+        listing_only = not (message or turn or yes)
+        result = eraser.preview(settings, selected) if listing_only else eraser.erase(settings, selected)
+    except eraser.EraseError as exc:
+        _fail(str(exc), code=1 if isinstance(exc, eraser.Busy) else 2)
+    for warning in result.warnings:
+        _say(f"cortex: warning: {warning}", err)
+    if as_json:
+        _print_json(result.as_dict())
+    else:
+        for line in result.lines():
+            _say(line)
+    if result.warnings:
+        raise typer.Exit(1)
 
 
 def _resync(settings: Settings) -> None:

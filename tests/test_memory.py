@@ -255,12 +255,12 @@ def test_decay_and_prune_respect_identity_and_minimum_age(settings, db, vectors,
         decay_and_prune(db, s, MaintenanceReport())
     facts = {f["id"]: f for f in db.query_dicts("SELECT id, status, decay FROM facts")}
     assert facts[identity]["decay"] == 1.0 and facts[identity]["status"] == "active"
-    assert facts[old_pref]["status"] == "forgotten"
+    assert facts[old_pref]["status"] == "pruned"  # not "forgotten": nobody asked, its turns stay
     assert facts[young_pref]["status"] == "active" and facts[young_pref]["decay"] < 0.1
     events = db.query(
-        "SELECT action, detail FROM fact_events WHERE fact_id = ? AND action = 'forgotten'", [old_pref]
+        "SELECT action, detail FROM fact_events WHERE fact_id = ? AND action = 'pruned'", [old_pref]
     )
-    assert events and "pruned" in events[0][1]
+    assert events and "decayed" in events[0][1]
 
 
 def test_merge_supersedes_and_links_near_duplicates(settings, db, vectors, embedder):

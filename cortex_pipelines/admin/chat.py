@@ -23,17 +23,20 @@ from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import system_overview
-from cortex_pipelines.storage import Database, lease
+from cortex_pipelines.storage import Database, facts, lease
 from cortex_pipelines.storage.bus import enqueue_rows
 from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, append_owner_note, pins, remove_pin
 
 HELP = """Slash commands (the same tools the brain has here):
   /recall QUERY          search memory
   /save TEXT             remember a fact
-  /forget ID [REASON]    forget fact ID
+  /forget ID [REASON]    forget fact ID (and stop recalling the messages it came from)
+  /unforget ID           undo a forget
   /edit ID TEXT          correct fact ID
   /pin TEXT | /unpin N | /pins
   /schedules | /unschedule ID
+  /erase ID... | /erase --matching TEXT [--yes]   erase messages (bus ids) and all derived from them
+                         (also --turn ID, --sender CHANNEL:ID, --before DATE; filters list until --yes)
   /status                queue, failures, delegated work, schedules, supervision, Dagster runs
   /help | /quit
 Anything else is a message to the brain on the admin channel."""
@@ -104,6 +107,7 @@ class AdminChat:
             "recall": self._recall,
             "save": self._save,
             "forget": self._forget,
+            "unforget": self._unforget,
             "edit": self._edit,
             "pin": self._pin,
             "unpin": self._unpin,
@@ -111,6 +115,7 @@ class AdminChat:
             "schedules": self._schedules,
             "unschedule": self._unschedule,
             "status": self._status,
+            "erase": self._erase,
         }.get(name.lower() if name else "")
         if handler is None:
             return f"unknown command /{name}; /help lists them"
@@ -154,6 +159,13 @@ class AdminChat:
         self.resync()
         return f"forgot fact {fact_id}"
 
+    def _unforget(self, fact_id: str, *reason: str) -> str:
+        why = " ".join(reason) or "asked in the admin chat"
+        if not self.db.run(facts.unforget, int(fact_id), f"admin: {why}"):
+            return f"no forgotten fact {fact_id}"
+        self.resync()
+        return f"fact {fact_id} is remembered again"
+
     def _edit(self, fact_id: str, *words: str) -> str:
         new_id = self.db.run(memory_store.edit, int(fact_id), " ".join(words).strip())
         if new_id is None:
@@ -181,6 +193,34 @@ class AdminChat:
     def _unschedule(self, job_id: str) -> str:
         done = self.db.run(schedules.delete, job_id, clock.now())
         return f"deleted {job_id}" if done else f"no active schedule {job_id}"
+
+    def _erase(self, *words: str) -> str:
+        """The same erasure as `cortex erase`, with the same options."""
+        from cortex_pipelines.admin import erase as eraser
+
+        ids, turns, named, yes = [], [], {}, False
+        args = list(words)
+        while args:
+            word = args.pop(0)
+            if word == "--yes":
+                yes = True
+            elif word in ("--turn", "--matching", "--sender", "--before") and args:
+                value = args.pop(0)
+                if word == "--turn":
+                    turns.append(int(value))
+                else:
+                    named[word[2:]] = value
+            else:
+                ids.append(int(word))  # a ValueError says "wrong arguments"
+        try:
+            chosen = eraser.selector(ids, turns, **named)
+            listing_only = not (ids or turns or yes)
+            result = (
+                eraser.preview(self.settings, chosen) if listing_only else eraser.erase(self.settings, chosen)
+            )
+        except eraser.EraseError as exc:
+            return str(exc)
+        return "\n".join([*result.lines(), *(f"warning: {w}" for w in result.warnings)])
 
     def _status(self) -> str:
         overview = self.db.run(system_overview)

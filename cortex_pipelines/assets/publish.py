@@ -4,7 +4,7 @@ Each file asset returns its markdown as a preview; files are rewritten only when
 changes, so they stay byte-identical across idle runs.
 """
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 
 from dagster import (
@@ -41,14 +41,13 @@ from cortex_pipelines.publish.store import (
 )
 from cortex_pipelines.publish.tracking import (
     TurnIn,
-    detect_mood,
     extract_decisions,
     strip_quotes,
     update_threads,
 )
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.storage import Database, utcnow
-from cortex_pipelines.storage.session import inbound_after, pins
+from cortex_pipelines.storage.session import inbound_after
 
 _group = {"group_name": "publish"}
 PREVIEW_CHARS = 12000
@@ -234,36 +233,7 @@ def memory_bulletin(context: AssetExecutionContext, cortex: CortexResource) -> M
 )
 def boot_context(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     db, settings = cortex.database(), cortex.settings()
-    now = utcnow()
-    out = settings.paths.out
-    snapshot_path, narrative_path = out / "hot-snapshot.md", out / FILES["narrative"]
-    narrative_row = state(db, "narrative")
-    bulletin_row = state(db, "memory_bulletin")
-    recent = db.query("SELECT content FROM session WHERE role = 'user' ORDER BY id DESC LIMIT 5")
-    data = boot.BootInputs(
-        now=now,
-        timezone=settings.timezone,
-        last_activity=narrative.latest_activity(db),
-        mood=detect_mood(" ".join(r[0] for r in reversed(recent))),
-        warmup=bulletin_row["state"] if bulletin_row else "cold",
-        snapshot=snapshot_path.read_text() if snapshot_path.is_file() else None,
-        snapshot_at=_mtime(snapshot_path),
-        narrative=narrative_path.read_text() if narrative_path.is_file() else None,
-        narrative_at=narrative_row["generated_at"] if narrative_row else None,
-        threads=db.query_dicts(
-            "SELECT title, status, priority, summary, waiting_for, mood, last_activity, sources FROM threads"
-        ),
-        decisions=db.query_dicts(
-            "SELECT what, impact, decided_at, source FROM decisions WHERE decided_at >= ? "
-            "ORDER BY decided_at DESC, id LIMIT ?",
-            [now - timedelta(days=settings.decision_recency_days), settings.boot_decisions],
-        ),
-        pins=db.run(pins),
-        counts={
-            "hot facts": db.run(memory_store.tier_counts)["hot"],
-            "messages": db.query("SELECT count(*) FROM session")[0][0],
-        },
-    )
+    data = boot.inputs(db, settings)
     result = publish(
         db,
         settings,
@@ -271,10 +241,6 @@ def boot_context(context: AssetExecutionContext, cortex: CortexResource) -> Mate
         lambda: boot.render(data, settings.boot_max_chars, settings.boot_threads),
     )
     return _file_result(context, result, budget=settings.boot_max_chars)
-
-
-def _mtime(path):
-    return datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(tzinfo=None) if path.is_file() else None
 
 
 @asset_check(asset=boot_context, description="BOOTSTRAP.md stays within its character budget.")

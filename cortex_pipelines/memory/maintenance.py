@@ -12,7 +12,7 @@ import numpy as np
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory import store
 from cortex_pipelines.memory.vectors import SEMANTIC, VectorStore
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, facts, utcnow
 
 
 @dataclass
@@ -72,7 +72,7 @@ def decay_and_prune(db: Database, settings: Settings, report: MaintenanceReport)
             ).fetchall()
         ]
         for fact_id in doomed:
-            store.forget(con, fact_id, reason="pruned: decayed below threshold")
+            facts.prune(con, fact_id, reason="decayed below threshold")
         report.pruned = doomed
 
     db.run(apply)

@@ -39,6 +39,7 @@ from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.updates import Successor, newest_successors
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
+from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
 
 log = logging.getLogger(__name__)
@@ -200,9 +201,13 @@ def recall(
             ),
             store.active(con, "hot") if readable_facts is None else [],
             updates.links(con),
+            set(fact_store.forgotten_sources(con)),
         )
 
-    meta, recent, hot, links = db.run(read)
+    meta, recent, hot, links, forgotten = db.run(read)
+    exclude_sources = set(exclude_sources) | forgotten  # a forgotten fact's turns are forgotten too
+    for turn_id in forgotten.intersection(episodes):
+        del episodes[turn_id]
     if qvec is None and recent.column("vector").null_count < recent.num_rows:
         qvec = embedder.encode([query])[0]
     episodes |= tail.candidates(recent, qvec, query, set(exclude_sources), pool, config)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import warnings
 from collections.abc import Iterable
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from cortex_pipelines.memory.embedder import DIMENSIONS
@@ -203,10 +205,50 @@ class VectorStore:
         return True
 
     @_retry_commit
+    def erase(self, name: str, ids: Iterable[int], changes: dict[int, dict] | None = None) -> int:
+        """Delete rows so that no file under the table keeps them, and change others ({id: {column:
+        value}}); returns how many rows were deleted. A deleted row stays in its data file, behind a
+        deletion vector, until the whole file goes, and compaction rewrites a file only when over a
+        tenth of it is deleted: so every other row of each file that held one is rewritten, in the
+        same commit, and every older version is removed, with the files of commits that failed
+        (a retried upsert leaves one): no other process may be writing the table meanwhile."""
+        if not self.exists(name):
+            return 0
+        table, gone, changes = self.table(name), {int(i) for i in ids}, changes or {}
+        located = table.search().select(["id", "_rowaddr"]).limit(None).to_arrow().to_pylist()
+        files = {r["_rowaddr"] >> 32 for r in located if r["id"] in gone}
+        gone &= {r["id"] for r in located}
+        rewrite = {r["id"] for r in located if r["_rowaddr"] >> 32 in files} - gone | set(changes)
+        rows = table.search().where(_id_list(rewrite)).limit(None).to_arrow() if rewrite else None
+        if rows is not None and changes:
+            changed = pc.is_in(rows.column("id"), pa.array(list(changes), pa.int64()))
+            edited = [{**row, **changes[row["id"]]} for row in rows.filter(changed).to_pylist()]
+            rows = pa.concat_tables(
+                [rows.filter(pc.invert(changed)), pa.Table.from_pylist(edited, schema=rows.schema)]
+            )
+        if rows is not None and rows.num_rows:
+            merge = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+            if gone:
+                merge = merge.when_not_matched_by_source_delete(_id_list(gone))
+            merge.execute(rows)
+        elif gone:
+            table.delete(_id_list(gone))
+        with warnings.catch_warnings():  # "other processes' readers of older versions fail": accepted
+            warnings.simplefilter("ignore")
+            table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+        self._snapshots.pop(name, None)
+        shutil.rmtree(self._saved_snapshots(name), ignore_errors=True)  # copies of versions with the rows
+        return len(gone)
+
+    @_retry_commit
     def optimize(self, name: str) -> None:
         """Compact fragments and fold new rows into the indexes (scheduled, not per write)."""
         if self.exists(name):
             self.table(name).optimize()
+
+
+def _id_list(ids: Iterable[int]) -> str:
+    return f"id IN ({', '.join(str(int(i)) for i in sorted(ids))})"
 
 
 @cache

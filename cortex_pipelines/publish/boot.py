@@ -9,11 +9,19 @@ max_chars, always with a visible marker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from cortex_pipelines.config import Settings
+from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.publish import narrative
 from cortex_pipelines.publish.narrative import PRIORITY_MARK, PRIORITY_ORDER
+from cortex_pipelines.publish.outputs import FILES, state
 from cortex_pipelines.publish.safe import one_line
+from cortex_pipelines.publish.tracking import detect_mood
+from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage.session import pins
 
 TRUNCATED = "\n[…truncated]"
 BUDGETS = {
@@ -52,6 +60,44 @@ class BootInputs:
     decisions: list[dict]
     pins: list[dict]
     counts: dict
+
+
+def inputs(db: Database, settings: Settings) -> BootInputs:
+    """What BOOTSTRAP.md is built from, as of now: the boot_context asset and an erasure rebuild it."""
+    now = utcnow()
+    out = settings.paths.out
+    snapshot_path, narrative_path = out / "hot-snapshot.md", out / FILES["narrative"]
+    narrative_row = state(db, "narrative")
+    bulletin_row = state(db, "memory_bulletin")
+    recent = db.query("SELECT content FROM session WHERE role = 'user' ORDER BY id DESC LIMIT 5")
+    return BootInputs(
+        now=now,
+        timezone=settings.timezone,
+        last_activity=narrative.latest_activity(db),
+        mood=detect_mood(" ".join(r[0] for r in reversed(recent))),
+        warmup=bulletin_row["state"] if bulletin_row else "cold",
+        snapshot=snapshot_path.read_text() if snapshot_path.is_file() else None,
+        snapshot_at=_mtime(snapshot_path),
+        narrative=narrative_path.read_text() if narrative_path.is_file() else None,
+        narrative_at=narrative_row["generated_at"] if narrative_row else None,
+        threads=db.query_dicts(
+            "SELECT title, status, priority, summary, waiting_for, mood, last_activity, sources FROM threads"
+        ),
+        decisions=db.query_dicts(
+            "SELECT what, impact, decided_at, source FROM decisions WHERE decided_at >= ? "
+            "ORDER BY decided_at DESC, id LIMIT ?",
+            [now - timedelta(days=settings.decision_recency_days), settings.boot_decisions],
+        ),
+        pins=db.run(pins),
+        counts={
+            "hot facts": db.run(memory_store.tier_counts)["hot"],
+            "messages": db.query("SELECT count(*) FROM session")[0][0],
+        },
+    )
+
+
+def _mtime(path: Path) -> datetime | None:
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(tzinfo=None) if path.is_file() else None
 
 
 def mode_for(now_utc: datetime, timezone: str) -> str:

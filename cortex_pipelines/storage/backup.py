@@ -132,7 +132,7 @@ def newest_good(db_path: Path) -> Path:
 
 
 @contextmanager
-def _exclusive(db_path: Path) -> Iterator[None]:
+def exclusive(db_path: Path) -> Iterator[None]:
     """Hold the lock DuckDB takes on the file (an fcntl write lock), so no process can open it
     while it is swapped; fail at once when one has it open."""
     try:
@@ -153,6 +153,16 @@ def _exclusive(db_path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def discard_copies(db_path: Path) -> int:
+    """Delete every backup and every file `restore` kept aside (with its write-ahead log): after an
+    erasure they are the only copies still holding the erased rows. Returns how many went."""
+    gone = backups(db_path) + list(db_path.parent.glob(f"{db_path.name}.damaged-*"))
+    gone += list(folder(db_path).glob(".*.tmp")) if folder(db_path).is_dir() else []
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return len(gone)
+
+
 def restore(db_path: Path, backup: Path) -> Path | None:
     """Bring a backup back in place of the file; the file it replaces (and its write-ahead log) is
     kept beside it as `<name>.damaged-<stamp>`, never deleted. Returns where it was kept, if there was one."""
@@ -164,7 +174,7 @@ def restore(db_path: Path, backup: Path) -> Path | None:
     staged = db_path.with_name(f".{db_path.name}.restoring.{os.getpid()}.tmp")
     try:
         _write_copy(backup, staged)
-        with _exclusive(db_path):
+        with exclusive(db_path):
             if db_path.exists():
                 os.link(db_path, aside)
                 kept = aside

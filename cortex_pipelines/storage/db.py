@@ -15,6 +15,7 @@ import atexit
 import hashlib
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -58,6 +59,13 @@ _retry_on_contention = retry(
     stop=stop_after_delay(60),
     reraise=True,
 )
+
+
+def _written(path: Path) -> tuple:
+    """What changes when a process writes the file (a checkpoint rewrites blocks in place)."""
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
 
 _migrated: set[Path] = set()
 _migrate_lock = threading.Lock()
@@ -277,6 +285,71 @@ class Database:
                 return fn(con, *args)
 
         return attempt()
+
+    def rewrite(self, wait_s: float = 30.0) -> None:
+        """Copy every table into a fresh file and put it in the old one's place. DELETE leaves the
+        rows' bytes in free blocks until DuckDB reuses them (compressed, so a grep may not even see
+        them), and an erasure must not. The copy is swapped in under the file's lock, and only if no
+        process wrote in between; raises backup.BackupError when other processes keep the file busy
+        for `wait_s`."""
+        self.migrate()
+        fresh = self.path.with_name(f".{self.path.name}.rewrite-{os.getpid()}.tmp")
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                written = self._copy_into(fresh)
+                with suppress(backup.BackupError), backup.exclusive(self.path):
+                    if _written(self.path) == written and not self._wal().exists():
+                        os.replace(fresh, self.path)
+                        return
+                if time.monotonic() > deadline:
+                    raise backup.BackupError(
+                        f"{self.path} stayed in use by another process; stop `cortex dev`, `cortex serve` "
+                        "and any running command, then run `cortex erase --finish`"
+                    )
+                self._signal_waiting()
+                time.sleep(random.uniform(0.05, 0.3))
+        finally:
+            fresh.unlink(missing_ok=True)
+            fresh.with_name(fresh.name + ".wal").unlink(missing_ok=True)
+
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + ".wal")
+
+    def _copy_into(self, fresh: Path) -> tuple:
+        """COPY FROM DATABASE into `fresh` (schema, rows and sequence positions); returns the file's
+        size and times as they were under this process's hold, to see later whether anyone wrote."""
+        fresh.unlink(missing_ok=True)
+        host = self._attach()
+        try:
+            con = host.con.cursor()
+            try:
+                quoted = str(fresh.absolute()).replace("'", "''")
+                con.execute(f"CHECKPOINT {self._alias}")
+                con.execute(f"ATTACH '{quoted}' AS {self._alias}_fresh")
+                try:
+                    con.execute(f"COPY FROM DATABASE {self._alias} TO {self._alias}_fresh")
+                    con.execute(f"CHECKPOINT {self._alias}_fresh")
+                finally:
+                    con.execute(f"DETACH {self._alias}_fresh")
+                return _written(self.path)
+            finally:
+                con.close()
+        finally:
+            self._detach(host)
+
+    def back_up(self) -> Path:
+        """A backup now, as the daily one is taken."""
+        self.migrate()
+        host = self._attach()
+        try:
+            con = host.con.cursor()
+            try:
+                return backup.take(con, self._alias, self.path)
+            finally:
+                con.close()
+        finally:
+            self._detach(host)
 
     def schema_version(self) -> int:
         return self.query("SELECT max(version) FROM schema_version")[0][0] or 0

@@ -269,4 +269,21 @@ V6 = [
     "UPDATE facts SET valid_from = stated_at",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)]
+V7 = [
+    # `cortex erase`: that an erasure happened, never what was erased. Ids, counts per store and one
+    # SHA-256 over the erased texts (to confirm a given text was covered, if ever asked). finished_at
+    # stays NULL until every store is clean (the database file rewritten included).
+    "CREATE SEQUENCE erasure_seq START 1",
+    """CREATE TABLE erasures (
+        id BIGINT PRIMARY KEY DEFAULT nextval('erasure_seq'),
+        erased_at TIMESTAMP NOT NULL,
+        selector VARCHAR NOT NULL,
+        bus_ids BIGINT[] NOT NULL,
+        session_ids BIGINT[] NOT NULL,
+        counts JSON NOT NULL,
+        texts_sha256 VARCHAR NOT NULL,
+        finished_at TIMESTAMP
+    )""",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)]

@@ -203,20 +203,26 @@ def remove_pin(con, position: int) -> dict | None:
     return current[position - 1]
 
 
+_EPISODES = """
+    SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
+        SELECT id, role, channel, sender, content, ts,
+               lag(CASE WHEN role = 'user' THEN sender END IGNORE NULLS) OVER w AS prev_sender,
+               lag(CASE WHEN role = 'user' THEN content END IGNORE NULLS) OVER w AS prev_content,
+               lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
+        FROM session WHERE content <> '[silence]'
+        WINDOW w AS (PARTITION BY channel ORDER BY id)
+    )
+"""
+
+
 def episodes_after(con, after_id: int, limit: int) -> list[tuple]:
     """Session turns to index after `after_id`, each with the user turn before it in its channel
     (what full-text search sees beside it) and that turn's id. Only a user turn: the assistant's
     replies quote recalled memories, which would echo into every turn that follows them."""
-    return con.execute(
-        """
-        SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
-            SELECT id, role, channel, sender, content, ts,
-                   lag(CASE WHEN role = 'user' THEN sender END IGNORE NULLS) OVER w AS prev_sender,
-                   lag(CASE WHEN role = 'user' THEN content END IGNORE NULLS) OVER w AS prev_content,
-                   lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
-            FROM session WHERE content <> '[silence]'
-            WINDOW w AS (PARTITION BY channel ORDER BY id)
-        ) WHERE id > ? ORDER BY id LIMIT ?
-        """,
-        [after_id, limit],
-    ).fetchall()
+    return con.execute(f"{_EPISODES} WHERE id > ? ORDER BY id LIMIT ?", [after_id, limit]).fetchall()
+
+
+def episodes_of(con, ids: list[int]) -> list[tuple]:
+    """The given turns as `episodes_after` returns them: after an erasure, the turns that were paired
+    with an erased one are paired with the user turn before it that remains."""
+    return con.execute(f"{_EPISODES} WHERE list_contains(?::BIGINT[], id) ORDER BY id", [ids]).fetchall()

@@ -63,3 +63,30 @@ def close_outdated_facts(con) -> list[int]:
             [fact_id, now, by_messages],
         )
     return [fact_id for fact_id, _, _ in outdated]
+
+
+def reopen_facts(con) -> list[int]:
+    """Facts closed by an update that no longer stands (the newer statement was erased) are
+    current again."""
+    stale = [
+        r[0]
+        for r in con.execute(
+            """
+            SELECT f.id FROM facts f, unnest(f.sources) AS src(session_id)
+            LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
+            LEFT JOIN session s ON s.id = u.new_session_id
+            WHERE f.status = 'active' AND f.valid_to IS NOT NULL
+            GROUP BY f.id
+            HAVING count(*) > count(s.id)
+            """
+        ).fetchall()
+    ]
+    now = utcnow()
+    for fact_id in stale:
+        con.execute("UPDATE facts SET valid_to = NULL, updated_at = ? WHERE id = ?", [now, fact_id])
+        con.execute(
+            "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
+            "VALUES (?, ?, 'current_again', '{}')",
+            [fact_id, now],
+        )
+    return stale

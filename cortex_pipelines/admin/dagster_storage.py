@@ -1,0 +1,118 @@
+"""Erased text in this instance's Dagster storage: run records and tags, event logs (asset previews,
+log lines), sensor ticks and compute logs under $CORTEX_HOME/dagster_home.
+
+The shipped dagster.yaml keeps all of it in SQLite files (history/runs.db, an index and one event
+log per run under history/runs/, schedules/schedules.db) and plain files (storage/). Rows and files
+that hold a probe word of the erased texts are read; each line that carries erased text is replaced
+(an event keeps its place, so run history and asset lineage keep their shape); a database that held
+any is VACUUMed, so its free pages keep no copy. Storage configured elsewhere (Postgres) is reported
+as not cleaned.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import yaml
+
+from cortex_pipelines.admin.redaction import Redactor
+from cortex_pipelines.files import write_atomic
+
+_SQLITE = b"SQLite format 3\x00"
+_STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage")
+_BUSY_MS = 30_000
+
+
+def live_runs(dagster_home: Path) -> list[str]:
+    """Runs of this instance in flight now (runs whose process died are failed first): one could
+    write a preview of a message while it is being erased."""
+    if not (dagster_home / "dagster.yaml").is_file():
+        return []
+    from dagster import DagsterInstance, RunsFilter
+
+    from cortex_pipelines.lanes import IN_FLIGHT, reap_dead_runs
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        reap_dead_runs(instance)
+        return [run.run_id for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT))]
+
+
+def elsewhere(dagster_home: Path) -> str | None:
+    """The storage dagster.yaml names when it is not the default SQLite files, else None."""
+    config_file = dagster_home / "dagster.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    for key in _STORAGE_KEYS:
+        value = (config or {}).get(key)
+        if value and "sqlite" not in str(value).lower():
+            return f"{key} in {config_file}"
+    return None
+
+
+def clean(dagster_home: Path, redactor: Redactor) -> dict[str, int]:
+    """Redact erased text in every SQLite database and plain file under dagster_home; counts of
+    rows and files changed and databases vacuumed."""
+    counts = {"dagster_rows": 0, "dagster_files": 0, "dagster_vacuumed": 0}
+    if not redactor or not dagster_home.is_dir():
+        return counts
+    for path in sorted(p for p in dagster_home.rglob("*") if p.is_file() and not p.is_symlink()):
+        if path.name.endswith(("-wal", "-shm", "-journal")):
+            continue  # folded into their database by the VACUUM below
+        with path.open("rb") as fh:
+            head = fh.read(len(_SQLITE))
+        if head == _SQLITE:
+            raw = b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.is_file())
+            if redactor.might_hold(raw):
+                counts["dagster_rows"] += _clean_database(path, redactor)
+                counts["dagster_vacuumed"] += 1
+        elif redactor.might_hold(data := path.read_bytes()):
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # not text Cortex or Dagster writes
+            redacted, changed = redactor.redact(text)
+            if changed:
+                write_atomic(path, redacted)
+                counts["dagster_files"] += 1
+    return counts
+
+
+def _clean_database(path: Path, redactor: Redactor) -> int:
+    changed = 0
+    with closing(sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None)) as con:
+        con.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                "AND sql NOT LIKE '%WITHOUT ROWID%'"
+            )
+        ]
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            for table in tables:
+                for column in [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]:
+                    changed += _clean_column(con, table, column, redactor)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("VACUUM")
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return changed
+
+
+def _clean_column(con: sqlite3.Connection, table: str, column: str, redactor: Redactor) -> int:
+    probes = redactor.probes
+    where = f"typeof(\"{column}\") = 'text'"
+    if probes is not None:
+        where += " AND (" + " OR ".join(f'instr(lower("{column}"), ?) > 0' for _ in probes) + ")"
+    changed = 0
+    rows = con.execute(f'SELECT rowid, "{column}" FROM "{table}" WHERE {where}', probes or []).fetchall()
+    for rowid, value in rows:
+        redacted, count = redactor.redact_serialized(value)
+        if count:
+            con.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', [redacted, rowid])
+            changed += 1
+    return changed

@@ -1,0 +1,353 @@
+"""Erasure: messages, and everything derived from them, out of every store (`cortex erase`, `/erase`).
+
+`forget` is soft and reversible; erasure is for text that must not stay anywhere. In order:
+1. DuckDB, in one transaction: the exchanges (message, turn, reply), their vectors, facts drawn only
+   from them (a fact with other sources keeps those, and its text), fact history, threads, decisions,
+   channel summaries, delegated work, schedules, pins, outbox rows; and an audit row (ids, counts, a
+   hash of the texts: never the content).
+2. LanceDB: their rows, with every other row of the data files that held one rewritten and every
+   older version removed; the saved recall snapshots (the next query rebuilds them).
+3. Files: inbox archives (a .jsonl loses the lines, a .json goes), outbox files, the published
+   files (rebuilt from what is left), Dagster's run storage (each line carrying the text replaced,
+   SQLite vacuumed).
+4. DuckDB's file itself: rewritten into a fresh file (DELETE leaves bytes in free blocks); every
+   backup and set-aside copy still holds the rows, so they are deleted and one fresh backup taken.
+
+The brain lease is held throughout, so no message is answered meanwhile, and nothing starts while a
+Dagster run is in flight (it could write a preview of the text after its storage was cleaned).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from cortex_pipelines.admin import dagster_storage
+from cortex_pipelines.admin.redaction import Redactor
+from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+from cortex_pipelines.files import write_atomic
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
+from cortex_pipelines.publish import boot, bulletin, narrative
+from cortex_pipelines.publish.outputs import FILES, publish
+from cortex_pipelines.storage import Database, erasure, lease, session
+from cortex_pipelines.storage.backup import BackupError, discard_copies
+from cortex_pipelines.storage.erasure import Selector
+
+SHOWN_CHARS = 72
+
+
+class EraseError(Exception):
+    """Bad input: nothing was changed; the message is one line."""
+
+
+class Busy(EraseError):
+    """The brain lease, a Dagster run or the database file is taken: try again later."""
+
+
+@dataclass
+class Erasure:
+    """What an erasure touched (or, not applied, would touch): the messages, as listed to the user,
+    and counts per store."""
+
+    messages: list[dict]
+    applied: bool = False
+    erasure_id: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The erasure as the CLI and the admin chat say it: a line per message, then the outcome."""
+        said = []
+        for m in self.messages:
+            ref = f"#{m['id']}" if m["id"] is not None else f"turn {m['turn']}"
+            pulled = "  (its reply quotes erased text)" if m["pulled_in"] else ""
+            said.append(f"{ref} {m['channel']} {m['sender'] or '?'} {m['sent_at'][:16]}: {m['text']}{pulled}")
+        if not self.messages:
+            said.append("no message matches; nothing erased")
+        elif not self.applied:
+            said.append(f"nothing erased; add --yes to erase these {len(self.messages)} message(s)")
+        else:
+            counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
+            said.append(f"erased {len(self.messages)} message(s) as erasure #{self.erasure_id}: {counts}")
+        return said
+
+    def as_dict(self) -> dict:
+        return {
+            "erased": self.applied,
+            "erasure_id": self.erasure_id,
+            "messages": self.messages,
+            "counts": self.counts,
+            "warnings": self.warnings,
+        }
+
+
+def selector(
+    message_ids: list[int] | None = None,
+    turn_ids: list[int] | None = None,
+    matching: str | None = None,
+    sender: str | None = None,
+    before: str | None = None,
+) -> Selector:
+    """The selector the user's options describe; EraseError (one line) when they describe none or
+    are malformed."""
+    ids = bool(message_ids or turn_ids)
+    filters = matching is not None or sender is not None or before is not None
+    if not ids and not filters:
+        raise EraseError(
+            "say what to erase: --message ID, --turn ID, --matching TEXT, --sender CHANNEL:ID "
+            "or --before DATE"
+        )
+    if ids and filters:
+        raise EraseError("give message ids or filters (--matching, --sender, --before), not both")
+    if matching is not None and not matching.strip():
+        raise EraseError("--matching needs some text")
+    who = None
+    if sender is not None:
+        channel, sep, sender_id = sender.partition(":")
+        if not sep or not sender_id or not re.match(CHANNEL_PATTERN, channel):
+            raise EraseError(f"--sender {sender!r} is not CHANNEL:SENDER_ID")
+        who = (channel, sender_id)
+    return Selector(
+        tuple(message_ids or ()),
+        tuple(turn_ids or ()),
+        matching.strip() if matching is not None else None,
+        who,
+        _date(before) if before is not None else None,
+    )
+
+
+def _date(text: str) -> datetime:
+    """An ISO date or time; a naive one is UTC. As naive UTC, as the database keeps times."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise EraseError(f"--before {text!r} is not an ISO date (2026-11-01 or 2026-11-01T12:00)") from None
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def preview(settings: Settings, sel: Selector) -> Erasure:
+    """What erasing would remove, changing nothing: every message that goes, those pulled in (a
+    reply quoting an erased message) included."""
+    db = Database(settings.paths.db)
+    chosen, plan = _plan(db, sel)
+    return Erasure(_listing(db, plan, chosen) if plan else [])
+
+
+def erase(settings: Settings, sel: Selector) -> Erasure:
+    """Erase what the selector names from every store. EraseError, with nothing changed, for an
+    unknown id or a busy instance."""
+    db = Database(settings.paths.db)
+    chosen, plan = _plan(db, sel)
+    if plan is None:
+        return Erasure([])
+    listing = _listing(db, plan, chosen)
+    runs = dagster_storage.live_runs(settings.paths.dagster_home)
+    if runs:
+        raise Busy(
+            f"Dagster run(s) {', '.join(r[:8] for r in runs)} in progress: wait for them to finish "
+            "(or stop `cortex dev`), then run the command again; nothing was erased"
+        )
+    try:
+        lease.acquire(db, holder="erase", timeout_s=settings.lease_timeout_s)
+    except lease.BrainBusy as exc:
+        raise Busy(f"{exc}: try again when it is done; nothing was erased") from None
+    try:
+        plan = db.run(erasure.plan, plan.bus_ids, _notes(chosen), sel.matching)  # again, under the lease
+        result = Erasure(_listing(db, plan, chosen) or listing, applied=True)
+        result.erasure_id = db.run(erasure.delete, plan, sel.kinds())
+        redactor = Redactor([*plan.texts, *plan.derived, sel.matching or ""], plan.session_ids)
+        for step in (_vectors, _inbox, _outbox, _published, _dagster):
+            try:
+                result.counts |= step(settings, db, plan, redactor)
+            except Exception as exc:  # the other stores are still cleaned; said at the end
+                result.warnings.append(f"{step.__name__.strip('_')}: {exc}")
+        result.counts = plan.counts | result.counts
+        result.counts |= _seal(settings, db, result)
+    finally:
+        lease.release(db)
+    return result
+
+
+def finish(settings: Settings) -> list[int]:
+    """Complete erasures whose database file could not be rewritten (another process kept it busy):
+    rewrite it now, replace the backups. Returns their ids."""
+    db = Database(settings.paths.db)
+    pending = db.run(erasure.unfinished)
+    if pending:
+        result = Erasure([], applied=True, erasure_id=pending[-1]["id"])
+        result.counts = json.loads(pending[-1]["counts"])
+        _seal(settings, db, result)
+        if result.warnings:
+            raise Busy(result.warnings[0])
+    return [p["id"] for p in pending]
+
+
+def _notes(chosen: list[dict]) -> list[int]:
+    return [m["turn"] for m in chosen if m["id"] is None]
+
+
+def _plan(db: Database, sel: Selector) -> tuple[list[dict], erasure.Plan | None]:
+    unknown = db.run(erasure.unknown_ids, list(sel.bus_ids), list(sel.session_ids))
+    if unknown:
+        raise EraseError(f"no {', '.join(unknown)}; nothing was erased")
+    chosen = db.run(erasure.matching, sel)
+    if not chosen:
+        return [], None
+    bus_ids = [m["id"] for m in chosen if m["id"] is not None]
+    return chosen, db.run(erasure.plan, bus_ids, _notes(chosen), sel.matching)
+
+
+def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]:
+    """The plan's messages as the user sees them: id, channel, sender, shortened text, time, and
+    whether it was pulled in rather than named."""
+    named = {(m["id"], m["turn"]) for m in chosen}
+    every = db.run(erasure.matching, Selector(tuple(plan.bus_ids), tuple(_notes(chosen))))
+    return [
+        {
+            "id": m["id"],
+            "turn": m["turn"],
+            "channel": m["channel"],
+            "sender": m["sender"],
+            "text": shorten(m["text"]),
+            "sent_at": m["said_at"].isoformat() + "Z",
+            "pulled_in": (m["id"], m["turn"]) not in named,
+        }
+        for m in every
+    ]
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _vectors(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
+    """LanceDB rows of the erased turns and facts; a turn paired with an erased one in its search
+    text is paired again with the turn before it that remains, a trimmed fact keeps its other sources."""
+    from cortex_pipelines.memory.pipeline import episode_search_text
+
+    vectors = vector_store(settings.paths.lance)
+    neighbours = set()
+    if plan.session_ids:
+        prev = f"prev_id IN ({', '.join(map(str, plan.session_ids))})"
+        neighbours = vectors.ids(EPISODIC, prev) - set(plan.session_ids)
+    paired = {
+        row[0]: {"search_text": episode_search_text(row[3], row[4], row[6], row[7]), "prev_id": row[8]}
+        for row in db.run(session.episodes_of, sorted(neighbours))
+    }
+    trimmed = {fid: {"sources": sources} for fid, sources in db.run(erasure.fact_sources, plan.trimmed)}
+    return {
+        "lancedb_episodic": vectors.erase(EPISODIC, plan.session_ids, paired),
+        "lancedb_semantic": vectors.erase(SEMANTIC, plan.facts, trimmed),
+    }
+
+
+def _inbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
+    """Inbox files holding an erased message, archived or waiting: a .jsonl is rewritten without its
+    lines, a .json (and a rejected file's note) deleted. A record goes when its channel and external
+    id, or its whole text, are an erased message's, or its text holds the --matching text; a line
+    that is not a record, when it carries erased text."""
+    keys = {(c, str(e)) for c, e in plan.external_ids}
+    texts = {unicodedata.normalize("NFC", t) for t in plan.texts}
+    needle = plan.needle.lower() if plan.needle else None
+
+    def erased(line: str) -> bool:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return redactor.hits(line)
+        if not isinstance(record, dict):
+            return redactor.hits(line)
+        text = record.get("text")
+        said = unicodedata.normalize("NFC", text) if isinstance(text, str) else ""
+        return (
+            (record.get("channel"), str(record.get("external_id"))) in keys
+            or said in texts
+            or bool(needle and needle in said.lower())
+        )
+
+    changed = 0
+    for path in sorted(settings.paths.inbox.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.suffix not in (".json", ".jsonl"):
+            continue
+        data = path.read_text(encoding="utf-8", errors="replace")
+        lines = data.split("\n") if path.suffix == ".jsonl" else [data]
+        kept = [line for line in lines if not (line.strip() and erased(line))]
+        if kept == lines:
+            continue
+        changed += 1
+        if any(line.strip() for line in kept):
+            write_atomic(path, "\n".join(kept))
+        else:
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".error").unlink(missing_ok=True)
+    return {"inbox_files": changed}
+
+
+def _outbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
+    gone = 0
+    for outbox_id, channel in plan.outbox:
+        path = settings.paths.outbox / channel / f"{outbox_id:010d}.json"
+        if path.is_file():
+            path.unlink()
+            gone += 1
+    return {"outbox_files": gone}
+
+
+def _published(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
+    """The published files rebuilt from what is left, with no LLM call (with anthropic, the bulletin
+    stays typed until its next run synthesizes it again); the hot snapshot loses its erased lines."""
+    out, changed = settings.paths.out, 0
+    snapshot = out / "hot-snapshot.md"
+    if snapshot.is_file():
+        text, dropped = redactor.drop(snapshot.read_text(encoding="utf-8"))
+        if dropped:
+            write_atomic(snapshot, text)
+            changed += 1
+    renders = {
+        "narrative": lambda: narrative.render(narrative.inputs(db, settings, narrative.latest_activity(db))),
+        "memory_bulletin": lambda: bulletin.render_typed(bulletin.memory_rows(db), settings.bulletin_words),
+        "boot_context": lambda: boot.render(
+            boot.inputs(db, settings), settings.boot_max_chars, settings.boot_threads
+        ),
+    }
+    for name, render in renders.items():  # in this order: BOOTSTRAP.md embeds the narrative
+        path = out / FILES[name]
+        if not path.is_file():
+            continue
+        if name == "narrative" and narrative.latest_activity(db) is None:
+            path.unlink()  # nothing left to narrate
+            changed += 1
+            continue
+        result = publish(db, settings, name, render)
+        if result.warning:
+            raise OSError(result.warning)
+        changed += result.changed
+    return {"published_files": changed}
+
+
+def _dagster(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
+    home = settings.paths.dagster_home
+    if where := dagster_storage.elsewhere(home):
+        raise OSError(f"Dagster keeps its storage elsewhere ({where}): erase the text there yourself")
+    return dagster_storage.clean(home, redactor)
+
+
+def _seal(settings: Settings, db: Database, result: Erasure) -> dict[str, int]:
+    """Rewrite DuckDB's file, replace the backups that still hold the rows, mark erasures finished.
+    A file kept busy leaves the erasure unfinished: `cortex erase --finish` completes it."""
+    try:
+        db.rewrite()
+    except BackupError as exc:
+        result.warnings.append(f"database file: {exc}")
+        return {}
+    counts = {"backups_deleted": discard_copies(settings.paths.db)}
+    try:
+        db.back_up()
+    except (OSError, BackupError) as exc:
+        result.warnings.append(f"a fresh backup could not be taken: {exc}")
+    db.run(erasure.finish, result.erasure_id, result.counts | counts)
+    return counts

@@ -1,0 +1,345 @@
+"""Erasure in DuckDB (`cortex erase`): the messages a selector names, everything derived from them,
+and the one transaction that deletes it all and records that it happened, never what it was.
+
+A message is erased as an exchange: its bus row, its turn and the agent's reply to it (a reply quotes
+what it answers). What is derived goes too: an exchange elsewhere whose reply cites (`msg N`) or
+quotes an erased turn or fact, facts drawn only from erased turns, the firings of schedules an erased
+message created, and so on until nothing more is pulled in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from cortex_pipelines.storage import updates
+from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
+
+QUOTE_CHARS = 20  # a reply or pin holding this much of an erased text verbatim quotes it
+ERASED = "[erased]"
+
+
+@dataclass(frozen=True)
+class Selector:
+    """What to erase: explicit ids (bus ids, or session turn ids as recall shows them), or filters
+    that must all hold (a case-insensitive substring of the message or of its reply, the sender,
+    sent before a time)."""
+
+    bus_ids: tuple[int, ...] = ()
+    session_ids: tuple[int, ...] = ()
+    matching: str | None = None
+    sender: tuple[str, str] | None = None  # (channel, sender id)
+    before: datetime | None = None  # naive UTC
+
+    def kinds(self) -> str:
+        """The selector's kinds for the audit row: never its values, which may be the erased text."""
+        named = {
+            "message": self.bus_ids,
+            "turn": self.session_ids,
+            "matching": self.matching,
+            "sender": self.sender,
+            "before": self.before,
+        }
+        return ",".join(kind for kind, value in named.items() if value)
+
+
+@dataclass
+class Plan:
+    bus_ids: list[int]
+    session_ids: list[int]
+    texts: list[str]  # what the erased messages and turns said
+    derived: list[str]  # what the facts, threads, decisions, summaries... that go with them said
+    facts: list[int]  # drawn only from erased turns: deleted
+    trimmed: list[int]  # with other sources too: they keep those, and their text
+    ids: dict[str, list]  # threads, decisions, pending_ops, schedules, pins, channels to clear
+    outbox: list[tuple[int, str]]  # (outbox id, channel): the reply files to delete
+    external_ids: list[tuple[str, str]]  # (channel, external id): to find archived inbox copies
+    needle: str | None = None  # the --matching text
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def texts_sha256(self) -> str:
+        return hashlib.sha256("\x00".join(sorted(self.texts)).encode()).hexdigest()
+
+
+def unknown_ids(con, bus_ids: list[int], session_ids: list[int]) -> list[str]:
+    """The explicit ids that name nothing, as the user gave them ("message 7", "turn 12")."""
+    bus = _set(con, "SELECT id FROM bus WHERE list_contains(?::BIGINT[], id)", [bus_ids])
+    turns = _set(con, "SELECT id FROM session WHERE list_contains(?::BIGINT[], id)", [session_ids])
+    return [f"message {i}" for i in bus_ids if i not in bus] + [
+        f"turn {i}" for i in session_ids if i not in turns
+    ]
+
+
+_LISTING = """
+    SELECT id, NULL::BIGINT AS turn, channel, sender, text, sent_at AS said_at FROM bus WHERE {bus}
+    UNION ALL
+    SELECT NULL::BIGINT, id, channel, sender, content, ts FROM session WHERE bus_id IS NULL AND {notes}
+    ORDER BY said_at, id, turn
+"""
+_BY_ID = _LISTING.format(
+    bus="list_contains($bus::BIGINT[], id) "
+    "OR id IN (SELECT bus_id FROM session WHERE list_contains($turns::BIGINT[], id))",
+    notes="list_contains($turns::BIGINT[], id)",
+)
+_FILTERS = (
+    "($channel IS NULL OR (channel = $channel AND sender = $sender)) AND ($before IS NULL OR {at} < $before)"
+)
+_BY_FILTER = _LISTING.format(
+    bus=_FILTERS.format(at="sent_at") + " AND ($needle IS NULL OR contains(lower(text), $needle) "
+    "OR EXISTS (SELECT 1 FROM session s WHERE s.bus_id = bus.id AND contains(lower(s.content), $needle)))",
+    notes=_FILTERS.format(at="ts") + " AND ($needle IS NULL OR contains(lower(content), $needle))",
+)
+
+
+def matching(con, sel: Selector) -> list[dict]:
+    """The messages a selector names, oldest first: bus messages (`id`) and turns said outside the
+    bus such as an admin `/save` (`turn`), each with channel, sender, text and time."""
+    if sel.bus_ids or sel.session_ids:
+        return dict_rows(con.execute(_BY_ID, {"bus": list(sel.bus_ids), "turns": list(sel.session_ids)}))
+    channel, sender = sel.sender or (None, None)
+    params = {
+        "needle": sel.matching.lower() if sel.matching else None,
+        "channel": channel,
+        "sender": sender,
+        "before": sel.before,
+    }
+    return dict_rows(con.execute(_BY_FILTER, params))
+
+
+def _set(con, sql: str, params) -> set:
+    return {r[0] for r in con.execute(sql, params).fetchall()}
+
+
+def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None) -> Plan:
+    """Everything that goes with these messages (bus ids) and turns said outside the bus, read in
+    the caller's transaction. `needle` (the --matching text) also names the pins that hold it."""
+    bus, notes = set(bus_ids), set(note_ids)
+    while True:  # each round adds a message, so it ends
+        turns = (
+            _set(con, "SELECT id FROM session WHERE list_contains(?::BIGINT[], bus_id)", [sorted(bus)])
+            | notes
+        )
+        facts = dict(
+            con.execute(
+                "SELECT id, text FROM facts WHERE len(sources) > 0 AND list_has_all(?::BIGINT[], sources)",
+                [sorted(turns)],
+            ).fetchall()
+        )
+        quotes = _quotes(con, sorted(bus), sorted(turns), list(facts.values()))
+        grown = bus | _firings(con, sorted(bus)) | _quoting_replies(con, sorted(turns), quotes)
+        if grown == bus:
+            break
+        bus = grown
+    p = {"bus": sorted(bus), "turns": sorted(turns)}
+    p["channels"] = sorted(
+        _set(
+            con,
+            "SELECT channel FROM bus WHERE list_contains($bus::BIGINT[], id) UNION "
+            "SELECT channel FROM session WHERE list_contains($turns::BIGINT[], id)",
+            p,
+        )
+    )
+    p["pins"] = sorted(set(quotes) | ({needle.lower()} if needle else set()))
+    texts = [
+        r[0]
+        for r in con.execute(
+            "SELECT text FROM bus WHERE list_contains($bus::BIGINT[], id) UNION ALL "
+            "SELECT content FROM session WHERE list_contains($turns::BIGINT[], id)",
+            {k: p[k] for k in ("bus", "turns")},
+        ).fetchall()
+    ]
+    ids: dict[str, list] = {}
+    derived = list(facts.values())
+    for name, sql, args in _DERIVED:
+        rows = con.execute(sql, [p[a] for a in args]).fetchall()
+        ids[name] = sorted(r[0] for r in rows)
+        derived += [str(v) for r in rows for v in r[1:] if v]
+    ids["channels"] = p["channels"]
+    trimmed = _set(
+        con,
+        "SELECT id FROM facts "
+        "WHERE list_has_any(sources, $t::BIGINT[]) AND NOT list_has_all($t::BIGINT[], sources)",
+        {"t": p["turns"]},
+    )
+    outbox = con.execute(
+        "SELECT id, channel FROM outbox WHERE list_contains(?::BIGINT[], bus_id) ORDER BY id", [p["bus"]]
+    ).fetchall()
+    external = con.execute(
+        "SELECT channel, external_id FROM bus WHERE list_contains(?::BIGINT[], id)", [p["bus"]]
+    ).fetchall()
+    return Plan(
+        p["bus"],
+        p["turns"],
+        texts,
+        derived,
+        sorted(facts),
+        sorted(trimmed),
+        ids,
+        [tuple(r) for r in outbox],
+        [tuple(r) for r in external],
+        needle,
+    )
+
+
+def _quotes(con, bus: list[int], turns: list[int], fact_texts: list[str]) -> list[str]:
+    """Lower-cased erased texts long enough that holding one verbatim is quoting it."""
+    said = con.execute(
+        "SELECT text FROM bus WHERE list_contains(?::BIGINT[], id) UNION "
+        "SELECT content FROM session WHERE list_contains(?::BIGINT[], id) AND role = 'user'",
+        [bus, turns],
+    ).fetchall()
+    return sorted({t.lower() for t in [r[0] for r in said] + fact_texts if len(t) >= QUOTE_CHARS})
+
+
+def _firings(con, bus: list[int]) -> set[int]:
+    """Messages fired by schedules that erased messages created: they carry the schedule's words."""
+    return _set(
+        con,
+        "SELECT b.id FROM bus b JOIN schedules j ON b.source = 'schedule:' || j.id "
+        "WHERE list_contains(?::BIGINT[], j.created_by)",
+        [bus],
+    )
+
+
+def _quoting_replies(con, turns: list[int], quotes: list[str]) -> set[int]:
+    """Messages whose reply cites an erased turn (`msg N`) or quotes an erased text or fact."""
+    return _set(
+        con,
+        """
+        SELECT bus_id FROM session
+        WHERE role = 'assistant' AND bus_id IS NOT NULL AND NOT list_contains($turns::BIGINT[], id)
+          AND (list_has_any($turns::BIGINT[],
+                   list_transform(regexp_extract_all(content, 'msg ([0-9]+)', 1), lambda x: x::BIGINT))
+               OR len(list_filter($quotes::VARCHAR[], lambda q: contains(lower(content), q))) > 0)
+        """,
+        {"turns": turns, "quotes": quotes},
+    )
+
+
+# The other rows that go, each query reading the plan's lists named after it: the row's key first,
+# then the texts it carried (to find their copies in previews and logs).
+_DERIVED = [
+    (
+        "threads",
+        "SELECT id, title, summary, waiting_for FROM threads WHERE list_has_any(sources, ?::BIGINT[])",
+        ["turns"],
+    ),
+    ("decisions", "SELECT id, what, why FROM decisions WHERE list_contains(?::BIGINT[], source)", ["turns"]),
+    (
+        "summaries",
+        "SELECT topic, summary FROM topic_summaries "
+        "WHERE list_contains(?::VARCHAR[], channel) OR list_has_any(sources, ?::BIGINT[])",
+        ["channels", "turns"],
+    ),
+    (
+        "channel_summaries",
+        "SELECT channel, summary FROM channel_states "
+        "WHERE list_contains(?::VARCHAR[], channel) AND summary IS NOT NULL",
+        ["channels"],
+    ),
+    (
+        "pending_ops",
+        "SELECT id, description, result FROM pending_ops WHERE list_contains(?::BIGINT[], bus_id)",
+        ["bus"],
+    ),
+    (
+        "schedules",
+        "SELECT id, description, action FROM schedules WHERE list_contains(?::BIGINT[], created_by)",
+        ["bus"],
+    ),
+    (
+        "pins",
+        "SELECT id, text FROM pins "
+        "WHERE len(list_filter(?::VARCHAR[], lambda q: contains(lower(text), q))) > 0",
+        ["pins"],
+    ),
+]
+
+# What `delete` runs, in order, with the plan's lists each statement reads.
+_DELETES = [
+    ("turn_vectors", "DELETE FROM turn_vectors WHERE list_contains($turns::BIGINT[], session_id)"),
+    ("fact_events", "DELETE FROM fact_events WHERE list_contains($facts::BIGINT[], fact_id)"),
+    ("facts", "DELETE FROM facts WHERE list_contains($facts::BIGINT[], id)"),
+    (
+        "facts_trimmed",
+        "UPDATE facts SET sources = list_filter(sources, lambda s: NOT list_contains($turns::BIGINT[], s)) "
+        "WHERE list_has_any(sources, $turns::BIGINT[])",
+    ),
+    ("threads", "DELETE FROM threads WHERE list_contains($threads::VARCHAR[], id)"),
+    ("decisions", "DELETE FROM decisions WHERE list_contains($decisions::VARCHAR[], id)"),
+    ("summaries", "DELETE FROM topic_summaries WHERE list_contains($summaries::VARCHAR[], topic)"),
+    (
+        "channel_summaries",
+        "UPDATE channel_states SET summary = NULL "
+        "WHERE list_contains($channel_summaries::VARCHAR[], channel)",
+    ),
+    (
+        "statement_updates",
+        "DELETE FROM statement_updates WHERE list_contains($turns::BIGINT[], old_session_id) "
+        "OR list_contains($turns::BIGINT[], new_session_id)",
+    ),
+    ("pending_ops", "DELETE FROM pending_ops WHERE list_contains($pending_ops::VARCHAR[], id)"),
+    # An op another message asked for keeps its row; the result an erased router message gave it goes.
+    (
+        "pending_op_results",
+        f"UPDATE pending_ops SET result = '{ERASED}' WHERE result IN "
+        "(SELECT text FROM bus WHERE channel = 'router' AND list_contains($bus::BIGINT[], id))",
+    ),
+    ("schedules", "DELETE FROM schedules WHERE list_contains($schedules::VARCHAR[], id)"),
+    ("pins", "DELETE FROM pins WHERE list_contains($pins::BIGINT[], id)"),
+    ("outbox", "DELETE FROM outbox WHERE list_contains($bus::BIGINT[], bus_id)"),
+    ("session", "DELETE FROM session WHERE list_contains($turns::BIGINT[], id)"),
+    ("bus", "DELETE FROM bus WHERE list_contains($bus::BIGINT[], id)"),
+]
+
+
+def delete(con, plan: Plan, selector: str) -> int:
+    """Delete the plan's rows from every table in the caller's transaction and record the erasure
+    (ids, counts, a hash of the texts); fills plan.counts and returns the erasure's id."""
+    lists = {"bus": plan.bus_ids, "turns": plan.session_ids, "facts": plan.facts, **plan.ids}
+    for name, sql in _DELETES:
+        used = {k: v for k, v in lists.items() if f"${k}:" in sql}
+        plan.counts[name] = int(con.execute(sql, used).fetchone()[0])
+    plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
+    return con.execute(
+        "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts, texts_sha256) "
+        "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        [utcnow(), selector, plan.bus_ids, plan.session_ids, json.dumps(plan.counts), plan.texts_sha256()],
+    ).fetchone()[0]
+
+
+def unfinished(con) -> list[dict]:
+    """Erasures whose derived stores or database file are not clean yet (interrupted, or the file
+    was busy), oldest first."""
+    return dict_rows(
+        con.execute("SELECT id, session_ids, counts FROM erasures WHERE finished_at IS NULL ORDER BY id")
+    )
+
+
+def finish(con, erasure_id: int, counts: dict) -> None:
+    """The database file was rewritten after this erasure: it, and any left unfinished before it,
+    are done."""
+    con.execute("UPDATE erasures SET counts = ? WHERE id = ?", [json.dumps(counts), erasure_id])
+    con.execute(
+        "UPDATE erasures SET finished_at = ? WHERE finished_at IS NULL AND id <= ?", [utcnow(), erasure_id]
+    )
+
+
+def fact_sources(con, fact_ids: list[int]) -> list[tuple[int, list[int]]]:
+    return con.execute(
+        "SELECT id, sources FROM facts WHERE list_contains(?::BIGINT[], id) ORDER BY id", [fact_ids]
+    ).fetchall()
+
+
+def recorded(con, erasure_id: int) -> dict | None:
+    rows = dict_rows(
+        con.execute(
+            "SELECT id, erased_at, selector, bus_ids, session_ids, counts, texts_sha256, finished_at "
+            "FROM erasures WHERE id = ?",
+            [erasure_id],
+        )
+    )
+    return rows[0] if rows else None
