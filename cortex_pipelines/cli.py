@@ -262,6 +262,8 @@ def run(
     for reply in replies:
         out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
         _say(reply["text"])
+    if result.success and settings.turn_ttl_days:
+        _expire_turns(settings)
     state = status(settings)
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
@@ -274,6 +276,21 @@ def run(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
             code=1,
         )
+
+
+def _expire_turns(settings: Settings) -> None:
+    """Turn retention after a run: a busy instance only delays it to the next run or sensor tick."""
+    from cortex_pipelines.admin import erase as eraser
+
+    try:
+        expired = eraser.expire(settings)
+    except eraser.EraseError as exc:
+        _say(f"cortex: warning: old messages not expired now: {exc}", err)
+        return
+    for warning in expired.warnings:
+        _say(f"cortex: warning: {warning}", err)
+    if expired.messages:
+        _say(f"expired {len(expired.messages)} message(s) older than {settings.turn_ttl_days} days")
 
 
 @app.command("status")
@@ -499,8 +516,16 @@ def erase(
         str | None,
         typer.Option("--before", metavar="DATE", help="messages sent before DATE (ISO 8601; naive is UTC)"),
     ] = None,
+    expired: Annotated[
+        bool,
+        typer.Option(
+            "--expired",
+            help="messages older than CORTEX_TURN_TTL_DAYS; what was learnt from them stays (see README)",
+        ),
+    ] = False,
     yes: Annotated[
-        bool, typer.Option("--yes", help="erase what --matching / --sender / --before select (else: list it)")
+        bool,
+        typer.Option("--yes", help="erase what the filters or --expired select (else: list it)"),
     ] = False,
     finish: Annotated[
         bool, typer.Option("--finish", help="complete erasures whose database file was kept busy")
@@ -529,9 +554,16 @@ def erase(
             )
         return
     try:
-        selected = eraser.selector(message, turn, matching, sender, before)
-        listing_only = not (message or turn or yes)
-        result = eraser.preview(settings, selected) if listing_only else eraser.erase(settings, selected)
+        if expired:
+            if message or turn or matching is not None or sender is not None or before is not None:
+                raise eraser.EraseError("--expired takes no other selector")
+            if not settings.turn_ttl_days:
+                raise eraser.EraseError("turn retention is off: set CORTEX_TURN_TTL_DAYS (days) first")
+            result = eraser.expire(settings, apply=yes)
+        else:
+            selected = eraser.selector(message, turn, matching, sender, before)
+            listing_only = not (message or turn or yes)
+            result = eraser.preview(settings, selected) if listing_only else eraser.erase(settings, selected)
     except eraser.EraseError as exc:
         _fail(str(exc), code=1 if isinstance(exc, eraser.Busy) else 2)
     for warning in result.warnings:

@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     lease_timeout_s: float = Field(900.0, gt=0)
     op_deadline_hours: float = Field(24.0, gt=0)
     stuck_after_s: float = Field(600.0, gt=0, description="processing this long with no live drainer")
+    # Seed 001's turn TTL, off by default: verbatim messages older than this many days are erased
+    # (what was learnt from them stays, citing them by id).
+    turn_ttl_days: int | None = Field(None, ge=1)
 
     # Schedules (seed 001)
     schedule_grace_s: float = Field(120.0, gt=0, description="a firing found later than this is marked late")

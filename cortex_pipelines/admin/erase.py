@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from cortex_pipelines import clock
 from cortex_pipelines.admin import dagster_storage
 from cortex_pipelines.admin.redaction import Redactor
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
@@ -143,7 +145,50 @@ def erase(settings: Settings, sel: Selector) -> Erasure:
     chosen, plan = _plan(db, sel)
     if plan is None:
         return Erasure([])
-    listing = _listing(db, plan, chosen)
+    return _apply(
+        settings,
+        db,
+        _listing(db, plan, chosen),
+        lambda con: erasure.plan(con, plan.bus_ids, _notes(chosen), sel.matching),
+        lambda again: _listing(db, again, chosen),
+        sel.kinds(),
+        sel.matching,
+    )
+
+
+def expire(settings: Settings, apply: bool = True) -> Erasure:
+    """Turn retention (`CORTEX_TURN_TTL_DAYS`, seed 001's turn TTL; off by default): the verbatim
+    messages and turns older than the TTL leave every store as an erasure's do, while the facts,
+    summaries, threads and update links learnt from them stay, citing them by id. With `apply`
+    false, only lists them."""
+    if not settings.turn_ttl_days:
+        return Erasure([])
+    db = Database(settings.paths.db)
+    cutoff = (clock.now() - timedelta(days=settings.turn_ttl_days)).astimezone(UTC).replace(tzinfo=None)
+    plan = db.run(erasure.expiry_plan, cutoff)
+    if not plan.session_ids and not plan.bus_ids:
+        return Erasure([])
+    listing = _listing(db, plan, [])
+    for message in listing:
+        message["pulled_in"] = False  # each is named by its age
+    if not apply:
+        return Erasure(listing)
+    return _apply(
+        settings, db, listing, lambda con: erasure.expiry_plan(con, cutoff), lambda _: listing, "expired"
+    )
+
+
+def _apply(
+    settings: Settings,
+    db: Database,
+    listing: list[dict],
+    replan: Callable[[object], erasure.Plan],
+    relist: Callable[[erasure.Plan], list[dict]],
+    kinds: str,
+    needle: str | None = None,
+) -> Erasure:
+    """Erase a plan: planned again under the brain lease (a message may have come meanwhile), then
+    DuckDB in one transaction, every other store, and DuckDB's file rewritten."""
     runs = dagster_storage.live_runs(settings.paths.dagster_home)
     if runs:
         raise Busy(
@@ -155,10 +200,10 @@ def erase(settings: Settings, sel: Selector) -> Erasure:
     except lease.BrainBusy as exc:
         raise Busy(f"{exc}: try again when it is done; nothing was erased") from None
     try:
-        plan = db.run(erasure.plan, plan.bus_ids, _notes(chosen), sel.matching)  # again, under the lease
-        result = Erasure(_listing(db, plan, chosen) or listing, applied=True)
-        result.erasure_id = db.run(erasure.delete, plan, sel.kinds())
-        redactor = Redactor([*plan.texts, *plan.derived, sel.matching or ""], plan.session_ids)
+        plan = db.run(replan)
+        result = Erasure(relist(plan) or listing, applied=True)
+        result.erasure_id = db.run(erasure.delete, plan, kinds)
+        redactor = Redactor([*plan.texts, *plan.derived, needle or ""], plan.session_ids)
         for step in (_vectors, _inbox, _outbox, _published, _dagster):
             try:
                 result.counts |= step(settings, db, plan, redactor)

@@ -59,6 +59,9 @@ class Plan:
     external_ids: list[tuple[str, str]]  # (channel, external id): to find archived inbox copies
     needle: str | None = None  # the --matching text
     counts: dict[str, int] = field(default_factory=dict)
+    # Turn retention: only the verbatim turns go; facts, update links and the rest of derived memory
+    # stay, citing them by id (erased-source ids).
+    keeps_derived: bool = False
 
     def texts_sha256(self) -> str:
         return hashlib.sha256("\x00".join(sorted(self.texts)).encode()).hexdigest()
@@ -184,6 +187,53 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
     )
 
 
+def expiry_plan(con, cutoff: datetime) -> Plan:
+    """Turn retention (seed 001's turn TTL): the messages sent before `cutoff` that are settled
+    (answered, failed or skipped), their turns and the turns said outside the bus before it, with
+    their vectors and outbox rows. What was learnt from them stays."""
+    bus = sorted(
+        _set(
+            con,
+            "SELECT id FROM bus WHERE sent_at < ? AND state IN ('completed', 'failed', 'skipped')",
+            [cutoff],
+        )
+    )
+    turns = sorted(
+        _set(
+            con,
+            "SELECT id FROM session WHERE list_contains(?::BIGINT[], bus_id) OR (bus_id IS NULL AND ts < ?)",
+            [bus, cutoff],
+        )
+    )
+    texts = [
+        r[0]
+        for r in con.execute(
+            "SELECT text FROM bus WHERE list_contains(?::BIGINT[], id) UNION ALL "
+            "SELECT content FROM session WHERE list_contains(?::BIGINT[], id)",
+            [bus, turns],
+        ).fetchall()
+    ]
+    outbox = con.execute(
+        "SELECT id, channel FROM outbox WHERE list_contains(?::BIGINT[], bus_id) ORDER BY id", [bus]
+    ).fetchall()
+    external = con.execute(
+        "SELECT channel, external_id FROM bus WHERE list_contains(?::BIGINT[], id)", [bus]
+    ).fetchall()
+    kept = {name: [] for name, _, _ in _DERIVED} | {"channels": []}
+    return Plan(
+        bus,
+        turns,
+        texts,
+        [],
+        [],
+        [],
+        kept,
+        [tuple(r) for r in outbox],
+        [tuple(r) for r in external],
+        keeps_derived=True,
+    )
+
+
 def _quotes(con, bus: list[int], turns: list[int], fact_texts: list[str]) -> list[str]:
     """Lower-cased erased texts long enough that holding one verbatim is quoting it."""
     said = con.execute(
@@ -296,14 +346,22 @@ _DELETES = [
 ]
 
 
+# What turn retention keeps although it names the turns: a fact's sources and the update links
+# stay as erased-source ids.
+_DERIVED_OF_TURNS = frozenset({"facts_trimmed", "statement_updates"})
+
+
 def delete(con, plan: Plan, selector: str) -> int:
     """Delete the plan's rows from every table in the caller's transaction and record the erasure
     (ids, counts, a hash of the texts); fills plan.counts and returns the erasure's id."""
     lists = {"bus": plan.bus_ids, "turns": plan.session_ids, "facts": plan.facts, **plan.ids}
     for name, sql in _DELETES:
+        if plan.keeps_derived and name in _DERIVED_OF_TURNS:
+            continue
         used = {k: v for k, v in lists.items() if f"${k}:" in sql}
         plan.counts[name] = int(con.execute(sql, used).fetchone()[0])
-    plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
+    if not plan.keeps_derived:
+        plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
     return con.execute(
         "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts, texts_sha256) "
         "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
