@@ -5,12 +5,14 @@ the older one stays queryable as history."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
 import pytest
 
 from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.llm.scripted import ScriptedClient
@@ -18,7 +20,12 @@ from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.store import hot_for_floor
-from cortex_pipelines.memory.updates import announces_change, newest_successors, subject_of
+from cortex_pipelines.memory.updates import (
+    announces_change,
+    newest_successors,
+    subject_of,
+    superseded_statement,
+)
 from cortex_pipelines.memory.vectors import vector_store
 from cortex_pipelines.storage import updates
 from tests.conftest import drop, msg
@@ -151,6 +158,10 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("We need a new shower curtain.", False),  # "a new" thing is not a change of what was true
         ("Kenji says Osaka is unbearably humid right now.", False),
         ("back now", False),  # small talk: nothing left once the change word is out
+        ("Switched to a Galaxy S24 yesterday.", True),  # chat leaves the "I" out
+        ("Urgent: the client moved the call to 3pm today, please remember that.", False),  # news, not me
+        ("So the Helios usability testing is now fully covered.", False),
+        ("I've had asthma since I was a kid.", False),
         ("Did you switch my bank to Monzo now?", False),  # a question states nothing
     ],
 )
@@ -198,3 +209,27 @@ def test_a_fact_with_one_updated_source_of_two_stays_current(db):
         return first, updates.close_outdated_facts(con)
 
     assert db.run(setup) == ([], [1])
+
+
+def test_a_delegated_result_or_a_strangers_turn_is_never_superseded():
+    """Only the owner's own statements can be updated: not a router result, not someone else's words."""
+
+    @dataclass
+    class Found:
+        text: str
+        sources: list[int]
+        channel: str
+        sender: str
+        fact_id: int | None = None
+        updated_by: int | None = None
+
+    found = [
+        Found("Result: Atelier Ribeira, 10-day pack 140 EUR.", [3], "router", "router"),
+        Found("Atelier Ribeira sounds right for me.", [4], "telegram", "stranger"),
+    ]
+    owner = lambda channel, sender: sender in ("user", "router")  # noqa: E731
+    encode = embedder_for(load_settings()).encode
+    said = "I'm taking the 10-day pack at Atelier Ribeira now."
+    assert superseded_statement(said, 9, found, owner, encode, 0.1) is None
+    found.append(Found("Atelier Ribeira sounds right, I'll go see it on Friday.", [5], "webchat", "user"))
+    assert superseded_statement(said, 9, found, owner, encode, 0.1)[0] == [5]

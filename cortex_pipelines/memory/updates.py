@@ -18,22 +18,33 @@ from typing import Protocol
 
 import numpy as np
 
-from cortex_pipelines.memory.sentences import is_question
+from cortex_pipelines.memory.sentences import is_question, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
 # nothing: the earlier statement must also be what recall finds for this one, and close in meaning.
 CHANGE = re.compile(
     r"(?<!right )\b(now|nowadays|these days|any ?more|no longer|no more|instead|switched|switching|"
     r"changed|moved|started|starting|joined|quit|dropped|cancell?ed|sold|replaced|swapped|gone|"
-    r"became|promoted|up to|took up|taken up|done with|adopted|registered|first day|since)\b"
+    r"became|promoted|up to|took up|taken up|done with|adopted|registered|first day)\b"
     # "new" as in "our new pizza spot" or "New number: …", not "the new bakery" or "a new curtain"
     r"|\b(my|our|his|her|their) new\b|^\s*new\b"
     r"|\b(jetzt|nun|inzwischen|mittlerweile|neu(e[nmrs]?)?|stattdessen|nicht mehr|umgezogen|"
-    r"gewechselt|seit)\b",
+    r"gewechselt)\b",
     re.IGNORECASE,
 )
 
-
+# The change must be the user's own: a sentence about themselves ("I moved", "my new", "we
+# switched"), or one that opens with the change and leaves the subject out, as chat does
+# ("Switched to a Galaxy", "New number: …"). "The client moved the call to 3pm" is news, not an
+# update of what the user said about themselves.
+FIRST_PERSON = re.compile(
+    r"\b(i|i'm|i've|i'd|i'll|me|my|we|we're|we've|us|our|ich|mein\w*|wir|unser\w*)\b", re.I
+)
+OPENS_WITH_CHANGE = re.compile(
+    r"^\W*(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new)\b", re.I
+)
+# Channels whose turns are not the user's statements: schedule firings and delegated results.
+NOT_STATEMENTS = frozenset({"cron", "router"})
 MIN_SUBJECT_WORDS = 3
 
 
@@ -51,10 +62,11 @@ class Successor:
 def announces_change(text: str) -> bool:
     """A statement (not a question) that says something is now different, about something: with
     the change words taken out, at least MIN_SUBJECT_WORDS are left ("back now" is small talk)."""
-    return (
-        not is_question(text)
-        and CHANGE.search(text) is not None
-        and len(subject_of(text).split()) >= MIN_SUBJECT_WORDS
+    if is_question(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
+        return False
+    return any(
+        CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s))
+        for s in split_sentences(text)
     )
 
 
@@ -93,6 +105,7 @@ def superseded_statement(
         if m.sources
         and max(m.sources) < new_session_id
         and m.updated_by is None
+        and m.channel not in NOT_STATEMENTS
         and (m.fact_id is not None or is_owner(m.channel or "", m.sender))
     ]
     if not earlier:
