@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -27,17 +28,17 @@ from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
 from cortex_pipelines.instance import add_owners, dagster_env, init_home, status
-from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory import control
+from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
+from cortex_pipelines.memory.store import CATEGORIES
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.storage import Database, facts, outbox
+from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage.backup import BackupError
 from cortex_pipelines.storage.bus import requeue_failed
 from cortex_pipelines.storage.health import as_store_damaged
-from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, remove_pin
-from cortex_pipelines.storage.session import pins as list_pins
 
 
 class _CortexGroup(TyperGroup):
@@ -417,47 +418,85 @@ def recall(
         out.print("nothing found")
 
 
-@app.command()
-def pin(text: str, label: Annotated[str | None, typer.Option(help="short label")] = None) -> None:
-    """Pin an item to working memory (always in context; at most 10, oldest drop out)."""
+CLI = control.Caller("cli")
+CategoryOption = Annotated[
+    list[str] | None,
+    typer.Option("--category", "-c", help=f"repeatable; the first is the primary: {', '.join(CATEGORIES)}"),
+]
+ImportanceOption = Annotated[
+    float | None, typer.Option("--importance", "-i", help="1 routine, 2 useful, 3 critical")
+]
+JsonOption = Annotated[bool, typer.Option("--json")]
+
+
+def _memory(operation, *args, **kwargs):
+    """Run one of memory/control.py's operations; its refusal is the command's one line."""
+    try:
+        return operation(*args, **kwargs)
+    except ControlError as exc:
+        _fail(str(exc))
+
+
+def _memory_db() -> tuple[Database, Settings]:
     settings = _ready()
-    if not text.strip():
-        _fail("nothing to pin")
-    current = Database(settings.paths.db).run(add_pin, text.strip(), label)
-    out.print(f"pinned ({len(current)}/{PIN_LIMIT})")
+    return Database(settings.paths.db), settings
 
 
 @app.command()
-def unpin(position: int) -> None:
-    """Remove the pin at POSITION (as listed by `cortex pins`)."""
-    settings = _ready()
-    removed = Database(settings.paths.db).run(remove_pin, position)
-    if removed is None:
-        _fail(f"no pin at position {position}")
-    _say(f"unpinned: {removed['text']}")
+def save(
+    text: str,
+    category: CategoryOption = None,
+    importance: ImportanceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remember a fact (importance 2 and category fact unless given), deduplicated like extracted ones."""
+    db, settings = _memory_db()
+    saved = _memory(
+        control.save, db, settings, text, CLI, categories=category or ["fact"], importance=importance
+    )
+    _print_json(asdict(saved)) if as_json else _say(saved.line())
 
 
-@app.command("pins")
-def pins_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List pinned working memory."""
-    rows = Database(_ready().paths.db).run(list_pins)
-    if as_json:
-        _print_json([{"position": n, "label": r["label"], "text": r["text"]} for n, r in enumerate(rows, 1)])
-        return
-    for n, r in enumerate(rows, 1):
-        _say(f"{n}. {('[' + r['label'] + '] ') if r['label'] else ''}{r['text']}")
-    if not rows:
-        out.print("nothing pinned")
+@app.command()
+def update(
+    fact_id: int,
+    importance: ImportanceOption = None,
+    category: CategoryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-rate a fact or file it under other categories."""
+    db, settings = _memory_db()
+    fact = _memory(control.update, db, settings, fact_id, CLI, importance=importance, categories=category)
+    _print_json(fact) if as_json else _say(control.fact_line(fact))
+
+
+@app.command()
+def move(fact_id: int, categories: list[str], as_json: JsonOption = False) -> None:
+    """File a fact under CATEGORIES, replacing its own (the first is the primary)."""
+    db, settings = _memory_db()
+    fact = _memory(control.move, db, settings, fact_id, categories, CLI)
+    _print_json(fact) if as_json else _say(control.fact_line(fact))
+
+
+@app.command()
+def edit(
+    fact_id: int,
+    text: str,
+    append: Annotated[bool, typer.Option("--append", help="add TEXT to the fact, not replace it")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Correct a fact: the new text supersedes it, keeps its sources and is searchable at once."""
+    db, settings = _memory_db()
+    mode = "append" if append else "replace"
+    edited = _memory(control.edit, db, settings, fact_id, text, CLI, mode=mode)
+    _print_json(asdict(edited)) if as_json else _say(edited.line())
 
 
 @app.command()
 def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
     """Forget a fact: kept for audit, never recalled again."""
-    settings = _ready()
-    if not Database(settings.paths.db).run(memory_store.forget, fact_id, f"cli: {reason}"):
-        _fail(f"no active fact {fact_id}")
-    _resync(settings)
-    out.print(f"forgot fact {fact_id}")
+    db, settings = _memory_db()
+    _say(_memory(control.forget, db, settings, fact_id, CLI, reason).line())
 
 
 @app.command()
@@ -465,24 +504,104 @@ def unforget(
     fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user"
 ) -> None:
     """Undo a forget: the fact, and the messages it came from, are recalled again."""
-    settings = _ready()
-    if not Database(settings.paths.db).run(facts.unforget, fact_id, f"cli: {reason}"):
-        _fail(f"no forgotten fact {fact_id}")
-    _resync(settings)
-    out.print(f"fact {fact_id} is remembered again")
+    db, settings = _memory_db()
+    _say(_memory(control.unforget, db, settings, fact_id, CLI, reason).line())
 
 
 @app.command()
-def edit(fact_id: int, text: str) -> None:
-    """Correct a fact: the new text supersedes it and keeps its sources."""
-    settings = _ready()
-    if len(text.strip()) < 3:
-        _fail("the new text is too short")
-    new_id = Database(settings.paths.db).run(memory_store.edit, fact_id, text.strip())
-    if new_id is None:
-        _fail(f"no active fact {fact_id}")
-    _resync(settings)
-    out.print(f"fact {fact_id} is now fact {new_id}")
+def dedupe(
+    threshold: Annotated[
+        float | None, typer.Option(help=f"similarity from 0.5 to 1 (default {control.DEDUPE_THRESHOLD:g})")
+    ] = None,
+    category: CategoryOption = None,
+    merge: Annotated[
+        bool, typer.Option("--merge", help="keep the newest of each group; it takes the others' sources")
+    ] = False,
+    delete_older: Annotated[
+        bool, typer.Option("--delete-older", help="keep the newest of each group alone")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List facts that say the same thing; --merge or --delete-older supersedes all but the newest."""
+    if merge and delete_older:
+        _fail("give --merge or --delete-older, not both")
+    db, settings = _memory_db()
+    action = "merge" if merge else "delete_older" if delete_older else "report"
+    found = _memory(
+        control.dedupe, db, settings, CLI, action=action, threshold=threshold, categories=category
+    )
+    if as_json:
+        _print_json(found.as_dict())
+        return
+    for line in found.lines():
+        _say(line)
+
+
+@app.command()
+def stats(as_json: JsonOption = False) -> None:
+    """What each memory tier holds: pins, the last 48 h, facts by state, tier, importance and category."""
+    db, settings = _memory_db()
+    found = control.stats(db, settings)
+    if as_json:
+        _print_json(found)
+        return
+    for line in control.stats_lines(found):
+        _say(line)
+
+
+@app.command()
+def recent(
+    query: Annotated[str | None, typer.Argument(help="words to score by")] = None,
+    limit: Annotated[int, typer.Option("-k", "--limit", help="how many items")] = 10,
+    category: CategoryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Short-term memory: your messages and facts of the last 48 h, by keywords, recency and importance."""
+    db, settings = _memory_db()
+    items = _memory(control.recent, db, settings, query, limit=limit, categories=category)
+    if as_json:
+        _print_json([item.as_dict() for item in items])
+        return
+    for n, item in enumerate(items, 1):
+        _say(item.line(n))
+    if not items:
+        out.print("nothing in the last 48 h")
+
+
+@app.command()
+def pin(text: str, label: Annotated[str | None, typer.Option(help="short label")] = None) -> None:
+    """Pin an item to working memory (always in context; at most 10, oldest drop out)."""
+    db, _ = _memory_db()
+    _say(_memory(control.pin, db, text, label).line())
+
+
+@app.command()
+def unpin(
+    position: Annotated[int | None, typer.Argument(help="as listed by `cortex pins`")] = None,
+    unpin_all: Annotated[bool, typer.Option("--all", help="unpin everything")] = False,
+) -> None:
+    """Remove the pin at POSITION, or every pin with --all."""
+    if (position is None) == (not unpin_all):
+        _fail("give a position or --all")
+    db, _ = _memory_db()
+    if unpin_all:
+        _say(f"unpinned {len(control.clear_pins(db))} item(s)")
+        return
+    _say(f"unpinned: {_memory(control.unpin, db, position)['text']}")
+
+
+@app.command("pins")
+def pins_cmd(as_json: JsonOption = False) -> None:
+    """List pinned working memory."""
+    db, _ = _memory_db()
+    rows = control.pins(db)
+    if as_json:
+        _print_json(rows)
+        return
+    for row in rows:
+        _say(control.pin_line(row))
+    if not rows:
+        out.print("nothing pinned")
 
 
 @app.command()
@@ -577,17 +696,6 @@ def erase(
         raise typer.Exit(1)
 
 
-def _resync(settings: Settings) -> None:
-    """Mirror a correction into LanceDB at once, so recall never returns the old text."""
-    from cortex_pipelines.memory.embedder import embedder_for
-    from cortex_pipelines.memory.pipeline import sync_facts
-    from cortex_pipelines.memory.vectors import vector_store
-
-    sync_facts(
-        Database(settings.paths.db), vector_store(settings.paths.lance), embedder_for(settings), settings
-    )
-
-
 @app.command()
 def chat() -> None:
     """Talk to the brain itself on the admin channel (always live, every tool), or use /commands."""
@@ -600,7 +708,6 @@ def chat() -> None:
         settings,
         make_client(settings),
         inspect=lambda: dagster_overview(settings),
-        resync=lambda: _resync(settings),
     )
     _say(
         f"Cortex admin chat on {settings.home} ({settings.llm_provider}). /help lists commands, /quit leaves."

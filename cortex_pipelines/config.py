@@ -27,6 +27,23 @@ BUILTIN_CHANNELS = frozenset(
 )
 
 ADMIN_CHANNEL = "admin"
+# Seed 002's memory tools, which the brain offers the owner on every channel unless CORTEX_MEMORY_TOOLS
+# names fewer (the admin channel always has them all; memory_query is always offered).
+MEMORY_TOOL_NAMES = (
+    "memory_save",
+    "memory_update",
+    "memory_edit",
+    "memory_move",
+    "memory_forget",
+    "memory_unforget",
+    "memory_dedupe",
+    "memory_stats",
+    "memory_recent",
+    "pin_add",
+    "pin_list",
+    "pin_remove",
+    "pin_clear",
+)
 ROUTER_CHANNEL = "router"
 ANY_CHANNEL = "*"
 # Who the owner is when nothing says otherwise: `cortex send`'s default sender and the demo's persona on
@@ -91,6 +108,9 @@ class Settings(BaseSettings):
     recall_context_tokens: int = Field(1500, ge=100)
     # How recall weighs its signals: a named RecallConfig (memory/recall_config.py).
     recall_preset: str = "default"
+    # Which of seed 002's memory tools the owner gets outside the admin channel: "all", "none", or
+    # names (comma-separated or a JSON list).
+    memory_tools: Annotated[tuple[str, ...], NoDecode] = MEMORY_TOOL_NAMES
 
     # LLM
     llm_provider: Literal["offline", "anthropic"] = "offline"
@@ -173,6 +193,27 @@ class Settings(BaseSettings):
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
         )
+
+    @field_validator("memory_tools", mode="before")
+    @classmethod
+    def _tool_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            words = value.strip()
+            if words.startswith("["):
+                return json.loads(words)
+            if words.lower() in ("all", "none"):
+                return MEMORY_TOOL_NAMES if words.lower() == "all" else ()
+            return [w.strip() for w in words.split(",") if w.strip()]
+        return value
+
+    @field_validator("memory_tools")
+    @classmethod
+    def _known_tools(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [n for n in names if n not in MEMORY_TOOL_NAMES]
+        if unknown:
+            known = ", ".join(MEMORY_TOOL_NAMES)
+            raise ValueError(f"unknown tool {unknown[0]!r}; use all, none or some of {known}")
+        return tuple(dict.fromkeys(names))
 
     @field_validator("recall_preset")
     @classmethod

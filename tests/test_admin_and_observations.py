@@ -136,7 +136,8 @@ def test_admin_channel_has_the_full_toolset(settings, db):
     inspected = json.loads(llm.requests[1].messages[-1]["content"][0]["content"])
     assert inspected["dagster"] == overview and inspected["bus"]["processing"] == 1
     saved = json.loads(llm.requests[2].messages[-1]["content"][0]["content"])
-    (fact_id,) = saved["new"]
+    fact_id = saved["fact_id"]
+    assert saved["new"]
     assert "/recall QUERY" in chat.handle("/help")
     assert "My sister Ana lives in Porto." in chat.handle("/recall where does my sister live")
     assert chat.handle(f"/forget {fact_id}") == f"forgot fact {fact_id}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cortex_pipelines.brain.loop import Brain
-from cortex_pipelines.brain.tools import COMMON_TOOLS
+from cortex_pipelines.brain.tools import COMMON_TOOLS, MEMORY_TOOLS
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm import make_client
@@ -27,7 +27,7 @@ from tests.conftest import drop
 from tests.support.messages_server import text
 from tests.test_cli import cortex
 
-COMMON = sorted(t.name for t in COMMON_TOOLS)
+COMMON = sorted(t.name for t in COMMON_TOOLS + MEMORY_TOOLS)  # what the owner gets by default
 
 
 def _queue(settings, db, *messages: dict) -> None:

@@ -19,21 +19,27 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import ADMIN_CHANNEL, Settings
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.llm.base import LLMClient
-from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory import control
+from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import system_overview
-from cortex_pipelines.storage import Database, facts, lease
+from cortex_pipelines.storage import Database, lease
 from cortex_pipelines.storage.bus import enqueue_rows
-from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, append_owner_note, pins, remove_pin
 
 HELP = """Slash commands (the same tools the brain has here):
   /recall QUERY          search memory
-  /save TEXT             remember a fact
+  /recent [QUERY] [--category C]... [--limit N]
+                         short-term memory: the last 48 h by keywords, recency and importance
+  /save TEXT [--importance 1-3] [--category C]...   remember a fact (importance 2, category fact)
+  /update ID [--importance 1-3] [--category C]...   re-rate or re-file fact ID
+  /move ID CATEGORY...   file fact ID under other categories
+  /edit ID [--append] TEXT   correct fact ID (or add to it)
   /forget ID [REASON]    forget fact ID (and stop recalling the messages it came from)
   /unforget ID           undo a forget
-  /edit ID TEXT          correct fact ID
-  /pin TEXT | /unpin N | /pins
+  /dedupe [--threshold T] [--category C]... [--merge | --delete-older]   duplicate facts
+  /stats                 what each memory tier holds
+  /pin TEXT [--label L] | /unpin N | /unpin --all | /pins
   /schedules | /unschedule ID
   /erase ID... | /erase --matching TEXT [--yes]   erase messages (bus ids) and all derived from them
                          (also --turn ID, --sender CHANNEL:ID, --before DATE; filters list until --yes)
@@ -42,6 +48,25 @@ HELP = """Slash commands (the same tools the brain has here):
 Anything else is a message to the brain on the admin channel."""
 
 SENDER = "owner"
+CALLER = control.Caller("admin")
+
+
+def _options(words: tuple[str, ...], valued: tuple[str, ...], switches: tuple[str, ...] = ()):
+    """Split a command's words into the rest and its options: `--name VALUE` for the valued ones
+    (repeatable, values in order), `--name` alone for switches. An unknown option is a ValueError."""
+    rest, found = [], {}
+    items = list(words)
+    while items:
+        word = items.pop(0)
+        if word in valued and items:
+            found.setdefault(word[2:], []).append(items.pop(0))
+        elif word in switches:
+            found[word[2:]] = True
+        elif word.startswith("--"):
+            raise ValueError(word)
+        else:
+            rest.append(word)
+    return rest, found
 
 
 class AdminChat:
@@ -50,10 +75,9 @@ class AdminChat:
         settings: Settings,
         llm: LLMClient,
         inspect: Callable[[], dict] | None = None,
-        resync: Callable[[], None] = lambda: None,
         wait_s: float = 300.0,
     ):
-        self.settings, self.llm, self.inspect, self.resync = settings, llm, inspect, resync
+        self.settings, self.llm, self.inspect = settings, llm, inspect
         self.db = Database(settings.paths.db)
         self.wait_s = wait_s
 
@@ -105,10 +129,15 @@ class AdminChat:
         handler = {
             "help": lambda: HELP,
             "recall": self._recall,
+            "recent": self._recent,
             "save": self._save,
+            "update": self._update,
+            "move": self._move,
+            "edit": self._edit,
             "forget": self._forget,
             "unforget": self._unforget,
-            "edit": self._edit,
+            "dedupe": self._dedupe,
+            "stats": self._stats,
             "pin": self._pin,
             "unpin": self._unpin,
             "pins": self._pins,
@@ -121,6 +150,8 @@ class AdminChat:
             return f"unknown command /{name}; /help lists them"
         try:
             return handler(*args)
+        except ControlError as exc:
+            return str(exc)
         except (TypeError, ValueError):
             return f"wrong arguments for /{name}; /help shows how"
 
@@ -137,51 +168,88 @@ class AdminChat:
         ]
         return "\n".join(lines) or "nothing found"
 
-    def _save(self, *words: str) -> str:
-        from cortex_pipelines.memory.pipeline import save_fact
-
-        text = " ".join(words).strip()
-        if len(text) < 3:
-            return "usage: /save TEXT"
-        note = self.db.run(append_owner_note, ADMIN_CHANNEL, SENDER, f"/save {text}")
-        draft = memory_store.FactDraft(
-            text, "fact", 0.7, (note,), (ADMIN_CHANNEL,), clock.now().replace(tzinfo=None), "admin"
+    def _recent(self, *words: str) -> str:
+        query, options = _options(words, ("--category", "--limit"))
+        items = control.recent(
+            self.db,
+            self.settings,
+            " ".join(query),
+            limit=int(options.get("limit", ["10"])[-1]),
+            categories=options.get("category"),
         )
-        report = save_fact(self.db, self.settings, draft)
-        if report.new:
-            return f"saved as fact {report.new[0]}"
-        return f"already known: reinforced fact {report.reinforced[0]}"
+        return "\n".join(item.line(n) for n, item in enumerate(items, 1)) or "nothing in the last 48 h"
 
-    def _forget(self, fact_id: str, *reason: str) -> str:
-        why = " ".join(reason) or "asked in the admin chat"
-        if not self.db.run(memory_store.forget, int(fact_id), f"admin: {why}"):
-            return f"no active fact {fact_id}"
-        self.resync()
-        return f"forgot fact {fact_id}"
+    def _save(self, *words: str) -> str:
+        text, options = _options(words, ("--importance", "--category"))
+        saved = control.save(
+            self.db,
+            self.settings,
+            " ".join(text),
+            CALLER,
+            categories=options.get("category", ["fact"]),
+            importance=float(options["importance"][-1]) if "importance" in options else None,
+        )
+        return saved.line()
 
-    def _unforget(self, fact_id: str, *reason: str) -> str:
-        why = " ".join(reason) or "asked in the admin chat"
-        if not self.db.run(facts.unforget, int(fact_id), f"admin: {why}"):
-            return f"no forgotten fact {fact_id}"
-        self.resync()
-        return f"fact {fact_id} is remembered again"
+    def _update(self, fact_id: str, *words: str) -> str:
+        rest, options = _options(words, ("--importance", "--category"))
+        if rest:
+            raise ValueError(rest)
+        fact = control.update(
+            self.db,
+            self.settings,
+            int(fact_id),
+            CALLER,
+            importance=float(options["importance"][-1]) if "importance" in options else None,
+            categories=options.get("category"),
+        )
+        return control.fact_line(fact)
+
+    def _move(self, fact_id: str, *categories: str) -> str:
+        return control.fact_line(control.move(self.db, self.settings, int(fact_id), categories, CALLER))
 
     def _edit(self, fact_id: str, *words: str) -> str:
-        new_id = self.db.run(memory_store.edit, int(fact_id), " ".join(words).strip())
-        if new_id is None:
-            return f"no active fact {fact_id}"
-        self.resync()
-        return f"fact {fact_id} is now fact {new_id}"
+        text, options = _options(words, (), ("--append",))
+        mode = "append" if options.get("append") else "replace"
+        return control.edit(self.db, self.settings, int(fact_id), " ".join(text), CALLER, mode=mode).line()
+
+    def _forget(self, fact_id: str, *reason: str) -> str:
+        return control.forget(self.db, self.settings, int(fact_id), CALLER, " ".join(reason)).line()
+
+    def _unforget(self, fact_id: str, *reason: str) -> str:
+        return control.unforget(self.db, self.settings, int(fact_id), CALLER, " ".join(reason)).line()
+
+    def _dedupe(self, *words: str) -> str:
+        rest, options = _options(words, ("--threshold", "--category"), ("--merge", "--delete-older"))
+        if rest or (options.get("merge") and options.get("delete-older")):
+            raise ValueError(rest)
+        action = (
+            "merge" if options.get("merge") else "delete_older" if options.get("delete-older") else "report"
+        )
+        found = control.dedupe(
+            self.db,
+            self.settings,
+            CALLER,
+            action=action,
+            threshold=float(options["threshold"][-1]) if "threshold" in options else None,
+            categories=options.get("category"),
+        )
+        return "\n".join(found.lines())
+
+    def _stats(self) -> str:
+        return "\n".join(control.stats_lines(control.stats(self.db, self.settings)))
 
     def _pin(self, *words: str) -> str:
-        return f"pinned ({len(self.db.run(add_pin, ' '.join(words), None))}/{PIN_LIMIT})"
+        text, options = _options(words, ("--label",))
+        return control.pin(self.db, " ".join(text), options.get("label", [None])[-1]).line()
 
     def _unpin(self, position: str) -> str:
-        removed = self.db.run(remove_pin, int(position))
-        return f"unpinned: {removed['text']}" if removed else f"no pin at position {position}"
+        if position == "--all":
+            return f"unpinned {len(control.clear_pins(self.db))} item(s)"
+        return f"unpinned: {control.unpin(self.db, int(position))['text']}"
 
     def _pins(self) -> str:
-        return "\n".join(f"{n}. {p['text']}" for n, p in enumerate(self.db.run(pins), 1)) or "nothing pinned"
+        return "\n".join(control.pin_line(p) for p in control.pins(self.db)) or "nothing pinned"
 
     def _schedules(self) -> str:
         jobs = [schedules.describe(j) for j in self.db.run(schedules.active)]

@@ -288,7 +288,7 @@ class Brain:
         messages = list(context.messages)
         runner = ToolRunner(self.db, self.settings, msg, context.session_id, self.inspect)
         rounds = self.settings.max_tool_rounds
-        tools = tools_for(msg.channel, speaks_for_owner(self.settings, msg))
+        tools = tools_for(self.settings, msg.channel, speaks_for_owner(self.settings, msg))
         for round_no in range(rounds + 1):
             request = LLMRequest(
                 system=context.system,

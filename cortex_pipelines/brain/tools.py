@@ -1,4 +1,6 @@
-"""The brain's tools: sync (memory_query, fetch_chat_history) and async (sessions_spawn).
+"""The brain's tools: sync (memory_query, fetch_chat_history, seed 002's memory tools, schedules) and
+async (sessions_spawn). The memory tools are doors onto memory/control.py, as the CLI and the admin
+chat's slash commands are, so a request behaves the same whichever way it came.
 
 Tool inputs come from a model and are validated like any other untrusted input; a bad call
 gets an error result the model can read, never an exception that kills the turn.
@@ -15,24 +17,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cortex_pipelines import clock
 from cortex_pipelines.config import ADMIN_CHANNEL, CHANNEL_PATTERN, Settings
 from cortex_pipelines.llm.base import ToolCall, ToolSpec
-from cortex_pipelines.memory import store as memory_store
+from cortex_pipelines.memory import control
+from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use, recall
-from cortex_pipelines.memory.store import CATEGORIES, FactDraft
+from cortex_pipelines.memory.store import CATEGORIES
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.schedules import ScheduleError, ScheduleRequest
 from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
-from cortex_pipelines.storage.session import PIN_LIMIT, add_pin, channel_history, remove_pin
+from cortex_pipelines.storage.session import channel_history
+
+# Lengths, ranges and category names are checked by memory/control.py, with the same one-line reason
+# for every door; the descriptions tell the model what it will accept.
+Categories = Annotated[
+    list[str] | None,
+    Field(description=f"one or more of: {', '.join(CATEGORIES)}; the first is the primary one"),
+]
 
 
 class MemoryQueryInput(BaseModel):
@@ -54,10 +64,70 @@ class ForgetInput(BaseModel):
     reason: str = Field("the user asked to forget it", max_length=500)
 
 
+class UnforgetInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_id: int
+
+
 class EditInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
     fact_id: int
-    text: str = Field(min_length=3, max_length=1000)
+    text: str = Field(description="the new text (replace) or the words to add (append); 3-2000 characters")
+    mode: Literal["replace", "append"] = "replace"
+
+
+class SaveInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str = Field(description="the fact, 3-2000 characters")
+    categories: Categories = None
+    category: str | None = Field(None, description="one category (use categories for several)")
+    importance: float | None = Field(None, description="1 routine, 2 useful (the default), 3 critical")
+
+
+class UpdateInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_id: int
+    importance: float | None = Field(None, description="1 routine, 2 useful, 3 critical")
+    categories: Categories = None
+
+
+class MoveInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_id: int
+    categories: list[str] = Field(
+        description=f"the new categories, replacing the old: {', '.join(CATEGORIES)}"
+    )
+
+
+class DedupeInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    action: Literal["report", "merge", "delete_older"] = "report"
+    threshold: float | None = Field(None, description="similarity from 0.5 to 1 (default 0.95)")
+    categories: list[str] | None = Field(None, description="only facts in any of these categories")
+
+
+class RecentInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    query: str | None = Field(
+        None, description="words to score by; without it, the latest and most important"
+    )
+    limit: int = 10
+    categories: list[str] | None = Field(None, description="only items in any of these categories")
+
+
+class PinInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str = Field(description="3-2000 characters")
+    label: str | None = Field(None, description="a short label, at most 40 characters")
+
+
+class UnpinInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    position: int = Field(description="1-based, as pin_list shows")
+
+
+class NoInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
 
 
 class SpawnInput(BaseModel):
@@ -73,24 +143,6 @@ class ScheduleListInput(BaseModel):
 class ScheduleDeleteInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
     id: str = Field(pattern=r"^sch-[0-9a-f]{8}$")
-
-
-class SaveInput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    text: str = Field(min_length=3, max_length=1000)
-    category: Literal[CATEGORIES] = "fact"  # type: ignore[valid-type]
-    importance: float = Field(0.7, ge=0, le=1)
-
-
-class PinInput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    text: str = Field(min_length=1, max_length=1000)
-    label: str | None = Field(None, max_length=40)
-
-
-class UnpinInput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    position: int = Field(ge=1, le=PIN_LIMIT)
 
 
 class InspectInput(BaseModel):
@@ -116,17 +168,6 @@ COMMON_TOOLS = [
         FetchHistoryInput,
     ),
     _spec(
-        "memory_forget",
-        "Forget a remembered fact (by fact_id from memory_query) when the user says it is wrong or "
-        "asks you to forget it. The fact is kept for audit but never recalled again.",
-        ForgetInput,
-    ),
-    _spec(
-        "memory_edit",
-        "Correct a remembered fact: the new text replaces it and keeps its sources.",
-        EditInput,
-    ),
-    _spec(
         "sessions_spawn",
         "Delegate a longer task to a worker agent. Returns an operation id at once; the result "
         "arrives later as a message on the router channel.",
@@ -143,10 +184,51 @@ COMMON_TOOLS = [
     _spec("schedule_delete", "Delete a schedule by its id (sch-...).", ScheduleDeleteInput),
 ]
 
-ADMIN_TOOLS = [
-    _spec("memory_save", "Save a memory directly (admin channel only).", SaveInput),
-    _spec("pin_add", "Pin an item to working memory; it is always in context (at most 10).", PinInput),
+# Seed 002's tools, in config.MEMORY_TOOL_NAMES order; CORTEX_MEMORY_TOOLS picks which the owner gets.
+MEMORY_TOOLS = [
+    _spec(
+        "memory_save",
+        "Remember a fact the user states or asks you to remember, with its importance and categories.",
+        SaveInput,
+    ),
+    _spec("memory_update", "Change a remembered fact's importance or categories (by fact_id).", UpdateInput),
+    _spec(
+        "memory_edit",
+        "Correct a remembered fact (replace its text) or add to it (append); the result keeps its sources.",
+        EditInput,
+    ),
+    _spec("memory_move", "File a remembered fact under other categories, replacing its own.", MoveInput),
+    _spec(
+        "memory_forget",
+        "Forget a remembered fact (by fact_id from memory_query) when the user says it is wrong or "
+        "asks you to forget it. The fact is kept for audit but never recalled again.",
+        ForgetInput,
+    ),
+    _spec("memory_unforget", "Undo memory_forget: the fact is recalled again.", UnforgetInput),
+    _spec(
+        "memory_dedupe",
+        "Find remembered facts that say the same thing (report), or keep the newest of each group and "
+        "fold the others into it (merge). delete_older works in the admin chat only.",
+        DedupeInput,
+    ),
+    _spec("memory_stats", "Count what each memory tier holds.", NoInput),
+    _spec(
+        "memory_recent",
+        "Short-term memory: the user's messages and the facts of the last 48 hours, scored by the "
+        "query's words, recency and importance.",
+        RecentInput,
+    ),
+    _spec(
+        "pin_add",
+        "Pin an item to working memory; it is always in context (at most 10, the oldest drops out).",
+        PinInput,
+    ),
+    _spec("pin_list", "List the pinned items with their positions.", NoInput),
     _spec("pin_remove", "Unpin the item at a 1-based position.", UnpinInput),
+    _spec("pin_clear", "Unpin every item.", NoInput),
+]
+
+ADMIN_TOOLS = [
     _spec(
         "system_inspect",
         "Inspect the system: bus counts, failed messages, pending operations, schedules, "
@@ -155,7 +237,7 @@ ADMIN_TOOLS = [
     ),
 ]
 
-TOOLS = COMMON_TOOLS + ADMIN_TOOLS
+TOOLS = COMMON_TOOLS + MEMORY_TOOLS + ADMIN_TOOLS
 
 
 def speaks_for_owner(settings: Settings, msg: BusMessage) -> bool:
@@ -164,11 +246,14 @@ def speaks_for_owner(settings: Settings, msg: BusMessage) -> bool:
     return firing or settings.is_owner(msg.channel, msg.sender)
 
 
-def tools_for(channel: str, owner: bool) -> list[ToolSpec]:
-    """The owner's admin chat gets full access, the owner elsewhere the common tools, others none."""
+def tools_for(settings: Settings, channel: str, owner: bool) -> list[ToolSpec]:
+    """The owner's admin chat gets every tool; the owner elsewhere the common ones and the memory tools
+    CORTEX_MEMORY_TOOLS names (all by default); anyone else none."""
     if not owner:
         return []
-    return TOOLS if channel == ADMIN_CHANNEL else COMMON_TOOLS
+    if channel == ADMIN_CHANNEL:
+        return TOOLS
+    return COMMON_TOOLS + [t for t in MEMORY_TOOLS if t.name in settings.memory_tools]
 
 
 @dataclass
@@ -186,22 +271,30 @@ class ToolRunner:
         handler = {
             "memory_query": (MemoryQueryInput, self._memory_query),
             "fetch_chat_history": (FetchHistoryInput, self._fetch_history),
-            "memory_forget": (ForgetInput, self._forget),
-            "memory_edit": (EditInput, self._edit),
             "sessions_spawn": (SpawnInput, self._spawn),
             "schedule_create": (ScheduleRequest, self._schedule_create),
             "schedule_list": (ScheduleListInput, self._schedule_list),
             "schedule_delete": (ScheduleDeleteInput, self._schedule_delete),
             "memory_save": (SaveInput, self._save),
-            "pin_add": (PinInput, self._pin),
-            "pin_remove": (UnpinInput, self._unpin),
+            "memory_update": (UpdateInput, self._update),
+            "memory_edit": (EditInput, self._edit),
+            "memory_move": (MoveInput, self._move),
+            "memory_forget": (ForgetInput, self._forget),
+            "memory_unforget": (UnforgetInput, self._unforget),
+            "memory_dedupe": (DedupeInput, self._dedupe),
+            "memory_stats": (NoInput, lambda _: control.stats(self.db, self.settings)),
+            "memory_recent": (RecentInput, self._recent),
+            "pin_add": (PinInput, lambda a: asdict(control.pin(self.db, a.text, a.label))),
+            "pin_list": (NoInput, lambda _: control.pins(self.db)),
+            "pin_remove": (UnpinInput, lambda a: control.unpin(self.db, a.position)),
+            "pin_clear": (NoInput, lambda _: {"unpinned": control.clear_pins(self.db)}),
             "system_inspect": (InspectInput, self._inspect),
         }.get(call.name)
         owner = speaks_for_owner(self.settings, self.message)
         if handler is not None and not owner:
             refusal = f"tools act for the owner only; this sender is not an owner of {self.message.channel}"
             return f"{call.name} refused: {refusal}", True
-        offered = tools_for(self.message.channel, owner)
+        offered = tools_for(self.settings, self.message.channel, owner)
         if handler is None or call.name not in {t.name for t in offered}:
             return f"unknown tool {call.name!r}; available: {', '.join(t.name for t in offered)}", True
         model, fn = handler
@@ -213,8 +306,13 @@ class ToolRunner:
             return f"invalid input for {call.name}: {field}: {first.get('msg')}", True
         try:
             return json.dumps(fn(args), ensure_ascii=False, default=str), False
-        except ScheduleError as exc:
+        except (ScheduleError, ControlError) as exc:
             return f"{call.name} failed: {exc}", True
+
+    @property
+    def _caller(self) -> control.Caller:
+        """The owner's turn that asked: a fact saved now comes from it."""
+        return control.Caller("brain", self.session_id, self.message.channel, self.message.sent_at)
 
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
         """Hits with whether the owner said them: another sender's turn is theirs, not the user's."""
@@ -229,15 +327,63 @@ class ToolRunner:
             for hit in hits
         ]
 
-    def _forget(self, args: ForgetInput) -> dict[str, Any]:
-        done = self.db.run(memory_store.forget, args.fact_id, f"brain: {args.reason}")
-        return {"fact_id": args.fact_id, "forgotten": done}
+    def _save(self, args: SaveInput) -> dict[str, Any]:
+        categories = args.categories or ([args.category] if args.category else ["fact"])
+        saved = control.save(
+            self.db, self.settings, args.text, self._caller, categories=categories, importance=args.importance
+        )
+        return asdict(saved)
+
+    def _update(self, args: UpdateInput) -> dict[str, Any]:
+        return control.update(
+            self.db,
+            self.settings,
+            args.fact_id,
+            self._caller,
+            importance=args.importance,
+            categories=args.categories,
+        )
 
     def _edit(self, args: EditInput) -> dict[str, Any]:
-        new_id = self.db.run(memory_store.edit, args.fact_id, args.text)
-        if new_id is None:
-            return {"fact_id": args.fact_id, "error": "no active fact with that id"}
-        return {"fact_id": new_id, "replaces": args.fact_id}
+        edited = control.edit(self.db, self.settings, args.fact_id, args.text, self._caller, mode=args.mode)
+        return asdict(edited)
+
+    def _move(self, args: MoveInput) -> dict[str, Any]:
+        return control.move(self.db, self.settings, args.fact_id, args.categories, self._caller)
+
+    def _forget(self, args: ForgetInput) -> dict[str, Any]:
+        return asdict(control.forget(self.db, self.settings, args.fact_id, self._caller, args.reason))
+
+    def _unforget(self, args: UnforgetInput) -> dict[str, Any]:
+        return asdict(control.unforget(self.db, self.settings, args.fact_id, self._caller))
+
+    def _dedupe(self, args: DedupeInput) -> dict[str, Any]:
+        """delete_older drops the older facts' sources from what is kept (a merge keeps them): the owner
+        decides that at the admin chat or the command line, not a model on a channel others reach."""
+        if args.action == "delete_older" and self.message.channel != ADMIN_CHANNEL:
+            raise ControlError(
+                "delete_older is for the admin chat and the command line; merge keeps every source"
+            )
+        found = control.dedupe(
+            self.db,
+            self.settings,
+            self._caller,
+            action=args.action,
+            threshold=args.threshold,
+            categories=args.categories,
+        )
+        return found.as_dict()
+
+    def _recent(self, args: RecentInput) -> list[dict[str, Any]]:
+        items = control.recent(
+            self.db,
+            self.settings,
+            args.query,
+            limit=args.limit,
+            categories=args.categories,
+            exclude_turns=frozenset({self.session_id}),
+        )
+        return [item.as_dict() for item in items]
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
         turns = self.db.run(channel_history, args.channel, args.limit, args.before_id)
@@ -273,28 +419,6 @@ class ToolRunner:
 
     def _schedule_delete(self, args: ScheduleDeleteInput) -> dict[str, Any]:
         return {"id": args.id, "deleted": self.db.run(schedules.delete, args.id, clock.now())}
-
-    def _save(self, args: SaveInput) -> dict[str, Any]:
-        from cortex_pipelines.memory.pipeline import save_fact
-
-        draft = FactDraft(
-            args.text,
-            args.category,
-            args.importance,
-            (self.session_id,),
-            (self.message.channel,),
-            self.message.sent_at,
-            origin="admin",
-        )
-        report = save_fact(self.db, self.settings, draft)
-        return {"new": report.new, "reinforced": report.reinforced}
-
-    def _pin(self, args: PinInput) -> dict[str, Any]:
-        return {"pins": len(self.db.run(add_pin, args.text, args.label)), "limit": PIN_LIMIT}
-
-    def _unpin(self, args: UnpinInput) -> dict[str, Any]:
-        removed = self.db.run(remove_pin, args.position)
-        return {"removed": removed["text"] if removed else None}
 
     def _inspect(self, _: InspectInput) -> dict[str, Any]:
         overview = self.db.run(system_overview)

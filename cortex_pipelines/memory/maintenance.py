@@ -78,7 +78,7 @@ def decay_and_prune(db: Database, settings: Settings, report: MaintenanceReport)
     db.run(apply)
 
 
-def _active_vectors(vectors: VectorStore) -> tuple[list[dict], np.ndarray]:
+def active_vectors(vectors: VectorStore) -> tuple[list[dict], np.ndarray]:
     if not vectors.exists(SEMANTIC):
         return [], np.zeros((0, 0), dtype=np.float32)
     table = (
@@ -94,7 +94,7 @@ def _active_vectors(vectors: VectorStore) -> tuple[list[dict], np.ndarray]:
     return rows, matrix
 
 
-def _similar_pairs(matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
+def similar_pairs(matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
     pairs = []
     for start in range(0, len(matrix), 1024):
         block = matrix[start : start + 1024] @ matrix.T
@@ -110,14 +110,14 @@ def merge_and_consolidate(
 ) -> None:
     """Near-duplicates (cosine ≥ merge_cosine) merge; the same fact from different channels
     (cosine ≥ consolidate_cosine, same category) is consolidated into the most important one."""
-    rows, matrix = _active_vectors(vectors)
+    rows, matrix = active_vectors(vectors)
     if len(rows) < 2:
         return
     ids = [r["id"] for r in rows]
     facts = {f["id"]: f for f in db.run(store.active)}
     gone: set[int] = set()
     threshold = min(settings.merge_cosine, settings.consolidate_cosine)
-    for a, b, cosine in _similar_pairs(matrix, threshold):
+    for a, b, cosine in similar_pairs(matrix, threshold):
         fa, fb = facts.get(ids[a]), facts.get(ids[b])
         if fa is None or fb is None or fa["id"] in gone or fb["id"] in gone:
             continue

@@ -64,7 +64,7 @@ class Turn:
 @dataclass(frozen=True)
 class Observation:
     text: str
-    importance: float
+    importance: int  # 1-3, as every fact
     sources: tuple[int, ...]
     channels: tuple[str, ...]
     evidence: str  # counts, for metadata and the LLM path
@@ -97,7 +97,7 @@ def _topics(turns: list[Turn]) -> list[Observation]:
             out.append(
                 Observation(
                     f"The user keeps coming back to {name}: it comes up on several days a week.",
-                    0.6,
+                    2,
                     tuple(t.id for t in hits),
                     tuple(sorted({t.channel for t in hits})),
                     f"{name}: {len(hits)} message(s) on {len(seen)} day(s), {questions} question(s)",
@@ -114,8 +114,8 @@ def _places_and_zones(turns: list[Turn]) -> list[Observation]:
     places = {p for t in turns for p in _PLACE.findall(t.text) if p.split()[0] not in _NOT_NAMES}
     mentions = {p: [t for t in turns if re.search(rf"\b{re.escape(p)}\b", t.text)] for p in places}
     kinds = [
-        (zones, "The user's timezone is probably {}: they mention it on more than one channel.", 0.9),
-        (mentions, "{} matters to the user: it comes up on more than one channel.", 0.7),
+        (zones, "The user's timezone is probably {}: they mention it on more than one channel.", 3),
+        (mentions, "{} matters to the user: it comes up on more than one channel.", 2),
     ]
     out = []
     for found, template, importance in kinds:
@@ -154,7 +154,7 @@ def _activity(turns: list[Turn], tz: str) -> list[Observation]:
     return [
         Observation(
             f"The user is usually active between {window}.",
-            0.5,
+            2,
             tuple(t.id for t, _ in hits),
             tuple(sorted({t.channel for t, _ in hits})),
             f"{len(hits)} of {len(turns)} message(s) between {window}, on {len(days)} day(s)",

@@ -165,13 +165,17 @@ def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
 
 
 def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> int:
-    """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move)."""
+    """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move). A row
+    whose text is unchanged keeps its vector, so a forget or a re-rating loads no model."""
     stale = db.run(store.unindexed)
     if not stale:
         return 0
     started = utcnow()
-    vecs = embedder.encode([f["text"] for f in stale])
-    vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[i]) for i, f in enumerate(stale)])
+    stored = vectors.texts_and_vectors(SEMANTIC, [f["id"] for f in stale])
+    fresh = [f for f in stale if f["id"] not in stored or stored[f["id"]][0] != f["text"]]
+    vecs = {fact_id: vec for fact_id, (_, vec) in stored.items()}
+    vecs.update(zip([f["id"] for f in fresh], embedder.encode([f["text"] for f in fresh]), strict=True))
+    vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[f["id"]]) for f in stale])
     db.run(store.mark_indexed, [f["id"] for f in stale], started)
     vectors.ensure_vector_index(SEMANTIC, settings.vector_index_min_rows)
     return len(stale)

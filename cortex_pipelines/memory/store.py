@@ -54,11 +54,12 @@ class FactDraft:
     stated_at: datetime
     origin: str = "extraction"
     supersedes: tuple[int, ...] = ()  # ids of known facts this one replaces (the extraction model says)
+    categories: tuple[str, ...] = ()  # every category, `category` (the primary) first; empty: just that one
 
 
 FACT_COLUMNS = (
     "id, text, category, importance, tier, status, sources, channels, origin, stated_at, created_at, "
-    "updated_at, last_accessed_at, hit_count, decay, valid_to"
+    "updated_at, last_accessed_at, hit_count, decay, valid_to, coalesce(categories, [category]) AS categories"
 )
 
 
@@ -84,14 +85,15 @@ def insert(con, draft: FactDraft, *, tier: str = "hot") -> int:
     now = utcnow()
     fact_id = con.execute(
         """
-        INSERT INTO facts (text, norm_hash, category, importance, tier, sources, channels, origin,
-                           stated_at, valid_from, created_at, updated_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
+        INSERT INTO facts (text, norm_hash, category, categories, importance, tier, sources, channels,
+                           origin, stated_at, valid_from, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id
         """,
         [
             draft.text,
             norm_hash(draft.text),
             draft.category,
+            list(draft.categories or (draft.category,)),
             float(draft.importance),
             tier,
             list(draft.sources),
@@ -159,7 +161,8 @@ def forget(con, fact_id: int, reason: str) -> bool:
 
 
 def edit(con, fact_id: int, text: str) -> int | None:
-    """A correction: a new fact that keeps the old one's sources and supersedes it."""
+    """A correction: a new fact that keeps the old one's sources, categories and importance, and
+    supersedes it."""
     old = get(con, fact_id)
     if old is None or old["status"] != "active":
         return None
@@ -171,6 +174,7 @@ def edit(con, fact_id: int, text: str) -> int | None:
         tuple(old["channels"]),
         old["stated_at"],
         origin="edit",
+        categories=tuple(old["categories"]),
     )
     new_id = insert(con, draft, tier="hot")
     supersede(con, fact_id, new_id, reason="edited")

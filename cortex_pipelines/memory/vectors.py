@@ -17,6 +17,7 @@ from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -158,6 +159,15 @@ class VectorStore:
         if where:
             query = query.where(where)
         return {row["id"] for row in query.to_arrow().to_pylist()}
+
+    def texts_and_vectors(self, name: str, ids: Iterable[int]) -> dict[int, tuple[str, np.ndarray]]:
+        """The stored text and vector of each row with one of these ids."""
+        ids = list(ids)
+        if not ids or not self.exists(name):
+            return {}
+        query = self.table(name).search().where(_id_list(ids)).select(["id", "text", "vector"])
+        rows = query.limit(None).to_list()
+        return {r["id"]: (r["text"], np.asarray(r["vector"], dtype=np.float32)) for r in rows}
 
     def vector_search(self, name: str, vector, k: int, where: str | None = None) -> list[dict]:
         if not self.exists(name):

@@ -286,4 +286,27 @@ V7 = [
     )""",
 ]
 
-MIGRATIONS: list[tuple[int, list[str]]] = [(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)]
+V8 = [
+    # One importance scale, extraction's: 1 routine, 2 useful, 3 critical. Facts saved by hand (0.7 by
+    # default) and observations were written on 0-1, so they sorted below every extracted fact: below
+    # 0.5 becomes 1, below 0.8 becomes 2, the rest of 0-1 becomes 3. An exact 1.0 stays: a hand save
+    # rated at the top of 0-1 cannot be told from a fact that extraction reinforced to 1. LanceDB's
+    # copy of the importance is refreshed by the next sync.
+    "UPDATE facts SET indexed_at = NULL, "
+    "importance = CASE WHEN importance < 0.5 THEN 1 WHEN importance < 0.8 THEN 2 ELSE 3 END "
+    "WHERE importance < 1",
+    # A fact may belong to several categories (seed 002); `category` stays the primary one, categories[1].
+    "ALTER TABLE facts ADD COLUMN categories VARCHAR[]",
+    "UPDATE facts SET categories = [category]",
+]
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+    (8, V8),
+]

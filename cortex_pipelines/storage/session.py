@@ -136,6 +136,14 @@ def inbound_since(con, since: datetime, limit: int) -> list[dict]:
     return list(reversed(dict_rows(cur)))
 
 
+def turn_counts(con, since: datetime) -> dict[str, int]:
+    """Turns in the session, all and since a time (inbound and replies)."""
+    total, recent = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE ts >= ?) FROM session WHERE content <> '[silence]'", [since]
+    ).fetchone()
+    return {"total": int(total), "since": int(recent)}
+
+
 def latest_id(con) -> int:
     return con.execute("SELECT coalesce(max(id), 0) FROM session").fetchone()[0]
 
@@ -201,6 +209,13 @@ def remove_pin(con, position: int) -> dict | None:
         return None
     con.execute("DELETE FROM pins WHERE id = ?", [current[position - 1]["id"]])
     return current[position - 1]
+
+
+def clear_pins(con) -> list[dict]:
+    """Unpin everything (seed 002's `clear`); returns what was pinned."""
+    current = pins(con)
+    con.execute("DELETE FROM pins")
+    return current
 
 
 _EPISODES = """
