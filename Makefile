@@ -32,6 +32,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.locomo --split check
 	$(PY) -m bench.paraphrase --split check
+	$(PY) -m bench.paraphrase --updates --split check
+	$(PY) -m bench.context_recall --split check
 	$(PY) -m bench.perf --json bench/results/perf.json
 
 dev: $(STAMP)
