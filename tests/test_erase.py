@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from cortex_pipelines import clock
@@ -23,26 +22,10 @@ from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import index_episodes, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.storage.session import import_history
+from tests.support.stores import files_holding, read_only
 from tests.test_cli import cortex
 
 PIN = "4417-ZQX"
-
-
-def files_holding(home: Path, needle: str) -> list[str]:
-    """`grep -r -a -i NEEDLE $CORTEX_HOME`: every file's bytes, binary ones included."""
-    wanted = needle.lower().encode()
-    return sorted(
-        str(p.relative_to(home)) for p in home.rglob("*") if p.is_file() and wanted in p.read_bytes().lower()
-    )
-
-
-def read_only(home: Path, sql: str) -> list[tuple]:
-    """A peek into DuckDB once no cortex process runs."""
-    con = duckdb.connect(str(home / "cortex.duckdb"), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.mark.slow

@@ -5,22 +5,17 @@ messages older than that are erased from every store after each `cortex run` and
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import duckdb
 import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.retention import turn_retention
+from tests.support.stores import files_holding, read_only
 from tests.test_cli import cortex
 
 OLD = "Remember that my locker code is 4417."
 TTL = {"CORTEX_TURN_TTL_DAYS": "30"}
-
-
-def _files_holding(home: Path, needle: bytes) -> list[Path]:
-    return [p for p in home.rglob("*") if p.is_file() and needle.lower() in p.read_bytes().lower()]
 
 
 @pytest.mark.slow
@@ -29,18 +24,17 @@ def test_a_message_older_than_the_ttl_leaves_every_store_and_its_fact_stays(tmp_
     cortex("init", home=home)
     cortex("--now", "-40d", "send", "webchat", OLD, home=home)
     cortex("--now", "-40d", "run", home=home)  # answered, and its fact extracted, 40 days ago
-    assert _files_holding(home, b"Remember that my locker")
+    assert files_holding(home, "Remember that my locker")
 
     cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
     ran = cortex("run", home=home, env=TTL)
     assert "expired 1 message(s) older than 30 days" in ran.stdout, ran.stdout + ran.stderr
 
-    assert _files_holding(home, b"Remember that my locker") == []  # the verbatim message, anywhere
-    with duckdb.connect(str(home / "cortex.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM session WHERE content LIKE '%locker%'").fetchone() == (0,)
-        fact = con.execute("SELECT text, sources, status FROM facts WHERE text LIKE '%locker%'").fetchone()
-        kept_turns = {r[0] for r in con.execute("SELECT id FROM session").fetchall()}
-    text, sources, status = fact
+    assert files_holding(home, "Remember that my locker") == []  # the verbatim message, anywhere
+    assert read_only(home, "SELECT count(*) FROM session WHERE content LIKE '%locker%'") == [(0,)]
+    facts = read_only(home, "SELECT text, sources, status FROM facts WHERE text LIKE '%locker%'")
+    [(text, sources, status)] = facts
+    kept_turns = {r[0] for r in read_only(home, "SELECT id FROM session")}
     assert status == "active" and "4417" in text
     assert sources and not kept_turns.intersection(sources)  # provenance: erased-source ids
     hits = json.loads(cortex("recall", "locker code", "-k", "5", "--json", home=home).stdout)
