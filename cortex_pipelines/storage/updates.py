@@ -23,12 +23,19 @@ def record(con, old_session_id: int, new_session_id: int, cosine: float | None) 
 def links(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
     """Every link with the newer turn as it stands: (old id, new id, text, channel, sender, said at).
     Links are few (one per change the user announced), so recall reads them all in its transaction;
-    a link whose newer turn no longer exists (erased) is not returned."""
-    return con.execute(
-        "SELECT u.old_session_id, u.new_session_id, s.content, s.channel, s.sender, s.ts "
-        "FROM statement_updates u JOIN session s ON s.id = u.new_session_id "
-        "ORDER BY u.old_session_id"
-    ).fetchall()
+    with none (most instances, most of the time) that costs one scan of this small table, not a join
+    with the session. A link whose newer turn no longer exists (erased) is not returned."""
+    pairs = con.execute("SELECT old_session_id, new_session_id FROM statement_updates").fetchall()
+    if not pairs:
+        return []
+    turns = {
+        row[0]: row[1:]
+        for row in con.execute(
+            "SELECT id, content, channel, sender, ts FROM session WHERE list_contains(?::BIGINT[], id)",
+            [sorted({new for _, new in pairs})],
+        ).fetchall()
+    }
+    return [(old, new, *turns[new]) for old, new in sorted(pairs) if new in turns]
 
 
 def sources_of(con, fact_ids: list[int]) -> list[int]:
