@@ -63,7 +63,18 @@ RESEARCH = "Can you research three coworking spaces near the river and compare p
 
 SEED = int(os.environ["CRASH_SEED"])  # drawn once per test run in conftest.py
 _rng = random.Random(SEED)
-_RANDOM_POINT, _RANDOM_N = _rng.choice(KILL_POINTS), _rng.randint(1, len(MESSAGES))
+# Processing order is urgent first, then bus id. An export point needs a reply to export: "thanks"
+# is answered with silence, so a random case never stops at it there.
+PROCESSED = [m["external_id"] for m in sorted(MESSAGES, key=lambda m: m["priority"] != "urgent")]
+ANSWERED_WITH_SILENCE = {"crash-6"}
+_RANDOM_POINT = _rng.choice(KILL_POINTS)
+_RANDOM_N = _rng.choice(
+    [
+        n
+        for n in range(1, len(MESSAGES) + 1)
+        if _RANDOM_POINT not in EXPORT_POINTS or PROCESSED[n - 1] not in ANSWERED_WITH_SILENCE
+    ]
+)
 
 # The brief's five points at N=1 and N=4; the two extra ones (inside the open commit transaction,
 # between two exported files) at N=4 only, to keep the module near a minute.
@@ -154,7 +165,9 @@ def reference(tmp_path_factory) -> dict[str, object]:
         assert report.completed == len(MESSAGES) and report.recovered == 0
         assert_durable(home, db, len(MESSAGES))
         assert db.query("SELECT count(*) FROM pending_ops WHERE status = 'pending'")[0][0] == 1
-        return replies(db)
+        answered = replies(db)
+        assert not [ext for ext, _, _ in answered["outbox"] if ext in ANSWERED_WITH_SILENCE]
+        return answered
 
 
 @pytest.fixture(scope="module")
