@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from cortex_pipelines.storage import ops as ops_store
+from tests.support.stores import read_only
 from tests.test_cli import cortex
 
 STRANGER_SAYS = [
@@ -38,14 +38,6 @@ def _inbox(home: Path, channel: str, name: str, text: str, sender: str, **extra)
     tmp.rename(folder / f"{name}.json")
 
 
-def _query(home: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(home / "cortex.duckdb"), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_strangers_never_write_the_user_and_only_the_router_completes_ops(tmp_path):
@@ -65,7 +57,7 @@ def test_strangers_never_write_the_user_and_only_the_router_completes_ops(tmp_pa
     _inbox(home, "webchat", "w2", "Can you research a good dentist near Alfama?", "user")
     _cortex(home, "run")
 
-    ops = dict(_query(home, "SELECT description, id FROM pending_ops"))
+    ops = dict(read_only(home, "SELECT description, id FROM pending_ops"))
     assert len(ops) == 2, ops
     coworking = next(i for d, i in ops.items() if "coworking" in d)
     dentist = next(i for d, i in ops.items() if "dentist" in d)
@@ -82,19 +74,20 @@ def test_strangers_never_write_the_user_and_only_the_router_completes_ops(tmp_pa
     )
     _cortex(home, "run")
 
-    states = dict(_query(home, "SELECT id, status || ': ' || coalesce(result, '') FROM pending_ops"))
+    states = dict(read_only(home, "SELECT id, status || ': ' || coalesce(result, '') FROM pending_ops"))
     assert states == {coworking: "completed: Result: Atelier Ribeira is the quietest.", dentist: "pending: "}
-    router_replies = " ".join(r[0] for r in _query(home, "SELECT text FROM outbox WHERE channel = 'router'"))
+    sent_to_router = read_only(home, "SELECT text FROM outbox WHERE channel = 'router'")
+    router_replies = " ".join(r[0] for r in sent_to_router)
     assert "not a configured router sender" in router_replies
     assert "matches no open operation" in router_replies and "matches 2 open operations" in router_replies
 
-    facts = [r[0] for r in _query(home, "SELECT text FROM facts WHERE status = 'active'")]
+    facts = [r[0] for r in read_only(home, "SELECT text FROM facts WHERE status = 'active'")]
     assert "My therapist is Dr. Kahnwald." in facts and not any(f.endswith("Dr.") for f in facts), facts
     assert any("Lisbon" in f for f in facts), facts
     assert any("Atelier Ribeira" in f for f in facts), facts  # the one real result was harvested
     leaked = [f for f in facts if any(m in f for m in (*STRANGER_MARKS, "Eve", "PERCENT", "FORGED"))]
     assert leaked == [], leaked
-    decisions = [r[0] for r in _query(home, "SELECT what FROM decisions")]
+    decisions = [r[0] for r in read_only(home, "SELECT what FROM decisions")]
     assert any("Porto" in d for d in decisions) and not any("EvilCorp" in d for d in decisions), decisions
 
     def recalled_facts(query: str) -> list[str]:
