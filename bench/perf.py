@@ -126,8 +126,8 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
     from cortex_pipelines.memory.embedder import DIMENSIONS, get_embedder
     from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, sentence_lines
     from cortex_pipelines.memory.recall import recall
-    from cortex_pipelines.memory.store import set_cursor
     from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
+    from cortex_pipelines.storage import cursors
 
     embedder = get_embedder()
     out = {}
@@ -166,7 +166,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
                 extra += sentences[i]
             vectors.upsert(EPISODIC, rows)
             progress.advance(task, len(rows))
-        db.run(set_cursor, EPISODIC_CURSOR, size)
+        db.run(cursors.write, EPISODIC_CURSOR, size)
         started = time.perf_counter()
         vectors.snapshot(EPISODIC)  # built from LanceDB, and saved
         load_s = time.perf_counter() - started

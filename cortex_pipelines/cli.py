@@ -32,12 +32,13 @@ from cortex_pipelines.memory import control
 from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
-from cortex_pipelines.memory.store import CATEGORIES
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
 from cortex_pipelines.storage.bus import requeue_failed
+from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.health import as_store_damaged
 
 
@@ -230,7 +231,7 @@ def run(
         late = sum(f.late for f in fired)
         out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
     _report(ingest_inbox(settings, db))
-    before = outbox.last_id(db)
+    before = db.run(outbox.last_id)
 
     from dagster import DagsterInstance
 
@@ -259,7 +260,7 @@ def run(
             raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": level}}}},
         )
-    replies = outbox.added_after(db, before)
+    replies = db.run(outbox.added_after, before)
     for reply in replies:
         out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
         _say(reply["text"])
@@ -327,7 +328,7 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 @app.command("schedules")
 def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Active schedules and reminders, with their next firing on their own clock."""
-    jobs = [schedules.describe(j) for j in Database(_ready().paths.db).run(schedules.active)]
+    jobs = [schedules.describe(j) for j in Database(_ready().paths.db).run(schedule_store.active_schedules)]
     if as_json:
         _print_json(jobs)
         return
@@ -345,7 +346,7 @@ def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
 def schedule_delete(schedule_id: str) -> None:
     """Delete a schedule by id (see `cortex schedules`)."""
     settings = _ready()
-    if not Database(settings.paths.db).run(schedules.delete, schedule_id, clock.now()):
+    if not Database(settings.paths.db).run(schedule_store.delete_schedule, schedule_id):
         _fail(f"no active schedule {schedule_id}")
     _say(f"deleted {schedule_id}")
 
@@ -357,7 +358,7 @@ def outbox_cmd(
 ) -> None:
     """Replies waiting for delivery."""
     settings = _ready()
-    rows = outbox.waiting(Database(settings.paths.db), channel)
+    rows = Database(settings.paths.db).run(outbox.waiting, channel)
     if as_json:
         _print_json(
             [
@@ -732,7 +733,7 @@ def dev(
 ) -> None:
     """Start the Dagster UI and daemon for this CORTEX_HOME (Ctrl-C stops both)."""
     settings = _ready()
-    workspace = settings.paths.dagster_home / "workspace.yaml"
+    workspace = settings.paths.dagster_workspace
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
     _say(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})")
     proc = subprocess.Popen(cmd, env=dagster_env(settings))

@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         explicit_home = getattr(init_settings, "init_kwargs", {}).get("home")
-        toml_file = cortex_home(explicit_home) / "config.toml"
+        toml_file = Paths(cortex_home(explicit_home)).config_file
         return (
             init_settings,
             env_settings,
@@ -302,6 +302,35 @@ class Paths:
         return self.home / "out"
 
     @property
+    def config_file(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def narrative(self) -> Path:
+        return self.out / "narrative.md"
+
+    @property
+    def bootstrap(self) -> Path:
+        return self.out / "BOOTSTRAP.md"
+
+    @property
+    def memory_bulletin(self) -> Path:
+        return self.out / "memory_bulletin.md"
+
+    @property
+    def hot_snapshot(self) -> Path:
+        return self.out / "hot-snapshot.md"
+
+    @property
+    def published(self) -> dict[str, Path]:
+        """The files the publish assets write, by asset name."""
+        return {
+            "narrative": self.narrative,
+            "boot_context": self.bootstrap,
+            "memory_bulletin": self.memory_bulletin,
+        }
+
+    @property
     def db(self) -> Path:
         return self.home / "cortex.duckdb"
 
@@ -312,6 +341,14 @@ class Paths:
     @property
     def dagster_home(self) -> Path:
         return self.home / "dagster_home"
+
+    @property
+    def dagster_yaml(self) -> Path:
+        return self.dagster_home / "dagster.yaml"
+
+    @property
+    def dagster_workspace(self) -> Path:
+        return self.dagster_home / "workspace.yaml"
 
     @property
     def workspace(self) -> Path:

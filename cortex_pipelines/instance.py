@@ -10,12 +10,11 @@ import tomlkit  # edits config.toml without losing comments
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
-from cortex_pipelines.publish.outputs import FILES
-from cortex_pipelines.publish.outputs import state as published_state
 from cortex_pipelines.storage import Database, bus, outbox, usage
+from cortex_pipelines.storage.facts import tier_counts
+from cortex_pipelines.storage.published import BULLETIN, published_row
 from cortex_pipelines.storage.session import channel_states, pins
 
 WORKSPACE_YAML = """# Written by `cortex init`; `cortex dev` points the Dagster UI at it.
@@ -33,8 +32,8 @@ def init_home(settings: Settings) -> list[Path]:
     written = []
     shipped = resources.files("cortex_pipelines").joinpath("dagster.yaml").read_text()
     for target, body in (
-        (paths.dagster_home / "dagster.yaml", shipped),
-        (paths.dagster_home / "workspace.yaml", WORKSPACE_YAML),
+        (paths.dagster_yaml, shipped),
+        (paths.dagster_workspace, WORKSPACE_YAML),
     ):
         if not target.exists() or target.read_text() != body:
             write_atomic(target, body)
@@ -45,7 +44,7 @@ def init_home(settings: Settings) -> list[Path]:
 def add_owners(settings: Settings, owners: dict[str, list[str]]) -> list[str]:
     """Add owner sender ids to config.toml, keeping its other settings and comments; an id already
     there is left alone, so running it again changes nothing. Returns the CHANNEL:ID pairs added."""
-    path = settings.home / "config.toml"
+    path = settings.paths.config_file
     config = tomlkit.parse(path.read_text(encoding="utf-8")) if path.is_file() else tomlkit.document()
     table = config.setdefault("owners", tomlkit.table())
     added = []
@@ -68,29 +67,25 @@ def dagster_env(settings: Settings) -> dict[str, str]:
 def status(settings: Settings) -> dict:
     db = Database(settings.paths.db)
     seen = {s["channel"] for s in db.run(channel_states)}
-    seen |= {r[0] for r in db.query("SELECT DISTINCT channel FROM bus")}
+    seen |= set(db.run(bus.channels))
     channels = sorted(seen | set(settings.channel_modes))
-    tiers = db.run(store.tier_counts)
-    warm = published_state(db, "memory_bulletin")
+    tiers = db.run(tier_counts)
+    warm = db.run(published_row, BULLETIN)
     return {
         "home": str(settings.home),
-        "bus": dict(bus.counts(db)),
+        "bus": db.run(bus.counts),
         "channels": {name: settings.mode_for(name) for name in channels},
-        "outbox": {"waiting": len(outbox.waiting(db))},
+        "outbox": {"waiting": len(db.run(outbox.waiting))},
         "memory": {
             "hot": tiers["hot"],
             "cold": tiers["cold"],
             "episodic": vector_store(settings.paths.lance).count(EPISODIC),
             "pinned": len(db.run(pins)),
         },
-        "llm": {"provider": settings.llm_provider, **usage.totals(db)},
+        "llm": {"provider": settings.llm_provider, **db.run(usage.totals)},
         "warmup": warm["state"] if warm else "cold",
         "cold_dispatches": warm["cold_dispatches"] if warm else 0,
         "schedules": db.run(schedules.summary),
         "supervision": db.run(supervision.status),
-        "outputs": {
-            name: str(settings.paths.out / f)
-            for name, f in FILES.items()
-            if (settings.paths.out / f).is_file()
-        },
+        "outputs": {name: str(path) for name, path in settings.paths.published.items() if path.is_file()},
     }

@@ -1,5 +1,6 @@
-"""Jobs and schedules. Every run that answers messages carries the brain lane tag, which the
-shipped dagster.yaml limits to one run at a time. Memory schedules follow the seeds' cadence."""
+"""Jobs and schedules. The jobs that answer messages carry the brain lane's tags themselves, so a
+run executed in process (`cortex run`) is in the lane too (see lanes.py). Memory schedules follow
+the seeds' cadence."""
 
 from dagster import (
     AssetSelection,
@@ -12,14 +13,9 @@ from dagster import (
     op,
 )
 
+from cortex_pipelines.lanes import BRAIN_RUN_TAGS
 from cortex_pipelines.memory.pipeline import rebuild
 from cortex_pipelines.resources import CortexResource
-
-BRAIN_LANE = {"cortex/lane": "brain"}
-# Run monitoring (shipped dagster.yaml) fails a brain-lane run that runs longer than this: a hung
-# run must not hold the lane forever. The brain lease's own timeout is shorter.
-MAX_RUNTIME_S = 3600
-_BRAIN_RUN_TAGS = {**BRAIN_LANE, "dagster/max_runtime": str(MAX_RUNTIME_S)}
 
 
 def _job(name: str, selection: AssetSelection, description: str, tags: dict | None = None):
@@ -36,13 +32,13 @@ process_messages = _job(
     "process_messages",
     AssetSelection.assets("session_messages"),
     "Answer every pending message, strictly in bus order.",
-    _BRAIN_RUN_TAGS,
+    BRAIN_RUN_TAGS,
 )
 cortex_main = _job(
     "cortex_main",
     AssetSelection.all() - AssetSelection.assets("bus_messages"),
     "Process all pending messages, then materialize every memory asset.",
-    _BRAIN_RUN_TAGS,
+    BRAIN_RUN_TAGS,
 )
 memory_job = _job(
     "memory_job",

@@ -1,4 +1,10 @@
-"""Keep the run lanes moving when a run dies without its bookkeeping.
+"""Run lanes: which runs are in the brain lane, and keeping the lanes moving when a run dies
+without its bookkeeping.
+
+Every run that materializes session_messages is in the brain lane, however it was launched (a job,
+a sensor, the UI's "Materialize all", the catalog): the shipped dagster.yaml limits the lane to one
+run at a time by its tag, and run monitoring fails a brain-lane run past its max runtime.
+BrainLaneRunCoordinator, the run coordinator that dagster.yaml names, tags every queued run so.
 
 A SIGKILLed run never reports its own end: Dagster keeps its record STARTED (which the brain-lane
 tag limit counts as busy) and its steps' pool slots claimed (which blocks every later run's step
@@ -16,13 +22,51 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from dagster._core.launcher import DefaultRunLauncher
+from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
 from cortex_pipelines import processes
 
+BRAIN_ASSET = AssetKey("session_messages")
+BRAIN_LANE = {"cortex/lane": "brain"}
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+# Run monitoring (shipped dagster.yaml) fails a brain-lane run that runs longer than this: a hung
+# run must not hold the lane forever. The brain lease's own timeout is shorter.
+MAX_RUNTIME_S = 3600
+BRAIN_RUN_TAGS = {**BRAIN_LANE, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S)}
+
 IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 POLL_S = 0.5
+
+
+def planned_assets(instance: DagsterInstance, run: DagsterRun) -> set[AssetKey]:
+    """The assets a run will materialize, from its execution plan: a whole job, an asset selection
+    and a re-execution of some steps alike."""
+    if run.execution_plan_snapshot_id:
+        return set(instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id).asset_selection)
+    return set(run.asset_selection or ())
+
+
+def brain_lane_tags(instance: DagsterInstance, run: DagsterRun) -> dict[str, str]:
+    """The tags a run lacks to be in the brain lane: none unless it materializes session_messages.
+    A max runtime the run already names is kept."""
+    if BRAIN_ASSET not in planned_assets(instance, run):
+        return {}
+    wanted = BRAIN_LANE if MAX_RUNTIME_TAG in run.tags else BRAIN_RUN_TAGS
+    return {key: value for key, value in wanted.items() if run.tags.get(key) != value}
+
+
+class BrainLaneRunCoordinator(QueuedRunCoordinator):
+    """Dagster's queued run coordinator, which first puts a run that materializes session_messages
+    in the brain lane (jobs carry the tags themselves; an ad-hoc asset selection does not)."""
+
+    def submit_run(self, context: SubmitRunContext) -> DagsterRun:
+        run = context.dagster_run
+        if missing := brain_lane_tags(self._instance, run):
+            self._instance.add_run_tags(run.run_id, missing)
+            run = self._instance.get_run_by_id(run.run_id) or run
+        return super().submit_run(context._replace(dagster_run=run))
 
 
 @dataclass(frozen=True)

@@ -205,10 +205,10 @@ def install(kill_point: str, n: int, state: dict) -> None:
 
         original_export = outbox_store.export_files
 
-        def export_files(db, paths):
+        def export_files(con, paths):
             if state["message_no"] == n:
                 die(f"between_outbox_and_export after {n} message(s)")
-            return original_export(db, paths)
+            return original_export(con, paths)
 
         loop.outbox.export_files = export_files
 

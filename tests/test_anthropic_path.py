@@ -42,9 +42,9 @@ def test_one_tool_round_through_the_sdk(settings, db, messages_server):
     tool_result = answer["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and "aisle seats" in tool_result["content"]
     assert answer["messages"][-2]["content"][-1]["name"] == "memory_query"
-    assert outbox.waiting(db)[-1]["text"] == "You prefer aisle seats (you said so on telegram)."
+    assert db.run(outbox.waiting)[-1]["text"] == "You prefer aisle seats (you said so on telegram)."
 
-    totals = usage.totals(db)
+    totals = db.run(usage.totals)
     assert totals["calls"] == 3 and totals["input_tokens"] > 0 and totals["output_tokens"] > 0
     models = db.query("SELECT DISTINCT provider, model, purpose FROM llm_usage")
     assert models == [("anthropic", "claude-test", "reply")]
@@ -66,6 +66,6 @@ def test_persistent_server_errors_fail_the_message_visibly(settings, db, message
     messages_server.script(error(500))
     report = Brain(db, s, make_client(s)).drain()
     assert report.failed == 1
-    assert bus.counts(db)["failed"] == 1
+    assert db.run(bus.counts)["failed"] == 1
     assert "HTTP 500" in db.query("SELECT error FROM bus")[0][0]
     assert db.query("SELECT ok FROM llm_usage") == [(False,)]

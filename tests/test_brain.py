@@ -41,7 +41,7 @@ def test_urgent_first_then_fifo_within_a_tier(settings, db):
     Brain(db, settings, llm).drain()
     answered = [r.hints["text"] for r in llm.requests]
     assert answered == ["u1", "u2", "n1", "n2", "b1"]
-    assert [r["text"] for r in outbox.waiting(db)] == ["re: u1", "re: u2", "re: n1", "re: n2", "re: b1"]
+    assert [r["text"] for r in db.run(outbox.waiting)] == ["re: u1", "re: u2", "re: n1", "re: n2", "re: b1"]
 
 
 def test_shadow_channel_is_processed_and_recorded_but_sends_nothing(settings, db):
@@ -49,7 +49,7 @@ def test_shadow_channel_is_processed_and_recorded_but_sends_nothing(settings, db
     _queue(shadow, db, msg("whatsapp", "hi there", "w1"))
     report = Brain(db, shadow, ScriptedClient("hello back")).drain()
     assert report.completed == 1 and report.replies == []
-    assert outbox.waiting(db) == []
+    assert db.run(outbox.waiting) == []
     assert not (shadow.paths.outbox / "whatsapp").exists()
     content, meta = db.query("SELECT content, metadata FROM session WHERE role = 'assistant'")[0]
     assert content == "hello back" and json.loads(meta)["shadow"] == ["whatsapp"]
@@ -62,21 +62,21 @@ def test_off_channel_is_not_processed_nor_tracked_in_the_session(settings, db):
     report = Brain(db, off, llm).drain()
     assert report.skipped == 1 and llm.requests == []
     assert db.query("SELECT count(*) FROM session")[0][0] == 0
-    assert bus.counts(db)["skipped"] == 1
+    assert db.run(bus.counts)["skipped"] == 1
 
 
 def test_send_to_directive_never_reaches_an_off_channel(settings, db):
     s = load_settings(settings.home, channel_modes={"whatsapp": "off"})
     _queue(s, db, msg("webchat", "tell whatsapp", "1"), msg("webchat", "tell telegram", "2"))
     Brain(db, s, ScriptedClient("[[send_to:whatsapp]] secret", "[[send_to:telegram]] hello")).drain()
-    rows = outbox.waiting(db)
+    rows = db.run(outbox.waiting)
     assert [(r["channel"], r["text"]) for r in rows] == [("telegram", "hello")]
 
 
 def test_silence_tokens_send_nothing(settings, db):
     _queue(settings, db, msg("cron", "HEARTBEAT", "h1"), msg("webchat", "thanks!", "t1"))
     report = Brain(db, settings, OfflineClient()).drain()
-    assert report.completed == 2 and outbox.waiting(db) == []
+    assert report.completed == 2 and db.run(outbox.waiting) == []
 
 
 def test_sender_allowlist_keeps_strangers_out(settings, db):
@@ -111,7 +111,7 @@ def test_unknown_tools_and_bad_tool_input_become_error_results(settings, db):
     first, second = (r.messages[-1]["content"][0] for r in llm.requests[1:3])
     assert first["is_error"] and "unknown tool 'rm_rf'" in first["content"]
     assert second["is_error"] and "invalid input for memory_query" in second["content"]
-    assert outbox.waiting(db)[0]["text"] == "done"
+    assert db.run(outbox.waiting)[0]["text"] == "done"
 
 
 def test_tool_rounds_are_capped(settings, db):
@@ -129,7 +129,7 @@ def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(setti
     brain = Brain(db, s, ScriptedClient(LLMError("HTTP 500"), LLMError("HTTP 500")))
     first = brain.drain()
     assert first.retried == 1 and first.failed == 1  # retried at once (backoff 0), then failed
-    assert bus.counts(db)["failed"] == 1
+    assert db.run(bus.counts)["failed"] == 1
     error = db.query("SELECT error FROM bus WHERE external_id = '1'")[0][0]
     assert "HTTP 500" in error
     _queue(s, db, msg("webchat", "hello?", "2"), msg("webchat", "and now?", "3"))
@@ -160,7 +160,7 @@ def test_delegated_op_lifecycle(settings, db):
     llm.default = lambda r: f"[[send_to:webchat]] {r.hints['completed_op']['result']}"
     Brain(db, settings, llm).drain()
     assert f"[NEW RESULT] {op_id}" in llm.requests[0].system
-    assert outbox.waiting(db)[-1]["channel"] == "webchat"
+    assert db.run(outbox.waiting)[-1]["channel"] == "webchat"
     status, acked = db.query("SELECT status, acknowledged_at IS NOT NULL FROM pending_ops")[0]
     assert (status, acked) == ("completed", True)
 

@@ -179,7 +179,7 @@ def template(tmp_path_factory) -> Path:
             mp.delenv(key)
         mp.setenv("CORTEX_HOME", str(root / "home"))
         _, db = seed_home(root, MESSAGES)
-        assert bus.counts(db)["pending"] == len(MESSAGES)
+        assert db.run(bus.counts)["pending"] == len(MESSAGES)
     return db.path
 
 

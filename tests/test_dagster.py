@@ -34,7 +34,7 @@ def test_sensor_ingests_requests_one_run_and_keeps_a_cursor(settings, db):
         cursor = json.loads(result.cursor)
         assert cursor["ingested"] == 2 and cursor["last_run_key"] == request.run_key
         assert [e.asset_key.path for e in result.asset_events] == [["bus_messages"]]
-        assert bus.counts(db)["pending"] == 2
+        assert db.run(bus.counts)["pending"] == 2
 
         # Nothing new: the same pending messages give the same run key (Dagster dedupes it).
         again, _ = _evaluate(instance, settings, cursor=result.cursor)
@@ -63,7 +63,7 @@ def test_process_messages_job_executes_in_process(settings, db):
         mat = result.asset_materializations_for_node("session_messages")[0]
         assert mat.metadata["completed"].value == 2
         assert mat.metadata["bus_pending"].value == 0
-    waiting = outbox.waiting(db)
+    waiting = db.run(outbox.waiting)
     assert [w["channel"] for w in waiting] == ["telegram", "webchat"]  # urgent first
     files = sorted(p.name for p in settings.paths.outbox.rglob("*.json"))
     assert len(files) == 2
@@ -80,7 +80,7 @@ def test_materialize_session_messages_with_the_external_bus(settings, db):
             selection=[session_messages],
         )
     assert result.success
-    assert bus.counts(db)["completed"] == 1
+    assert db.run(bus.counts)["completed"] == 1
 
 
 def test_definitions_load_and_the_sensor_runs_by_default():

@@ -17,10 +17,10 @@ from cortex_pipelines.admin import erase as eraser
 from cortex_pipelines.admin.chat import AdminChat
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.memory import store as memory_store
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import index_episodes, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
+from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.session import import_history
 from tests.support.stores import files_holding, read_only
 from tests.test_cli import cortex
@@ -143,10 +143,10 @@ def test_a_fact_with_two_sources_loses_only_the_erased_one(settings, db) -> None
     now = clock.now().replace(tzinfo=None)
 
     def facts(con):
-        shared = memory_store.FactDraft("I prefer window seats", "preference", 2, (s1, s2), ("webchat",), now)
-        only = memory_store.FactDraft("My locker code is 9931-QPX", "fact", 2, (s1,), ("webchat",), now)
-        other = memory_store.FactDraft("I like green tea", "preference", 2, (s3,), ("webchat",), now)
-        return [memory_store.insert(con, d) for d in (shared, only, other)]
+        shared = fact_store.FactDraft("I prefer window seats", "preference", 2, (s1, s2), ("webchat",), now)
+        only = fact_store.FactDraft("My locker code is 9931-QPX", "fact", 2, (s1,), ("webchat",), now)
+        other = fact_store.FactDraft("I like green tea", "preference", 2, (s3,), ("webchat",), now)
+        return [fact_store.insert(con, d) for d in (shared, only, other)]
 
     shared, only, other = db.run(facts)
     vectors = vector_store(settings.paths.lance)

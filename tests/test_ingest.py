@@ -25,7 +25,7 @@ def test_same_file_twice_and_same_external_id_are_one_message(settings, db):
     again = ingest_inbox(settings, db)
     assert again.accepted == 0 and again.duplicates == 2
     assert db.query("SELECT text FROM bus") == [("hello",)]
-    assert bus.counts(db)["pending"] == 1
+    assert db.run(bus.counts)["pending"] == 1
 
 
 def test_messages_without_id_are_deduplicated_by_content(settings, db):

@@ -18,8 +18,8 @@ from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import index_episodes
 from cortex_pipelines.memory.recall import recall
-from cortex_pipelines.memory.sentences import is_question
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
+from cortex_pipelines.text import is_question
 
 # Each statement and its question share no content word: only meaning connects them.
 PAIRS = [

@@ -13,7 +13,6 @@ from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.llm.anthropic_client import AnthropicClient
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.dates import named_times
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.maintenance import (
@@ -24,10 +23,11 @@ from cortex_pipelines.memory.maintenance import (
 )
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
 from cortex_pipelines.memory.recall import note_use, recall
-from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.memory.vectors import EPISODIC, SCHEMAS, SEMANTIC, VectorStore
 from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
+from cortex_pipelines.storage.facts import FactDraft
 from tests.support.messages_server import text
 
 
@@ -87,9 +87,9 @@ def test_a_telegram_preference_is_recalled_from_webchat_with_its_sources(
     top = hits[0]
     assert "window seats" in top.text and top.tier == "hot"
     assert top.sources == [ids[0]] and top.channel == "telegram"
-    assert db.run(store.get, top.fact_id)["hit_count"] == 0  # the search itself only reads
+    assert db.run(fact_store.get, top.fact_id)["hit_count"] == 0  # the search itself only reads
     note_use(db, settings, hits)  # what memory_query, `cortex recall` and /recall do with what they show
-    assert db.run(store.get, top.fact_id)["hit_count"] == 1  # a shown hot fact counts a hit
+    assert db.run(fact_store.get, top.fact_id)["hit_count"] == 1  # a shown hot fact counts a hit
 
 
 def test_a_query_naming_a_month_prefers_what_was_said_then(settings, db, vectors, embedder, tmp_path):
@@ -133,7 +133,7 @@ def test_the_same_fact_stated_three_ways_is_one_active_fact(settings, db, vector
         ("whatsapp", "btw, i'm VEGETARIAN"),
     )
     report = _extract(settings, db, vectors, embedder)
-    active = db.run(store.active)
+    active = db.run(fact_store.active)
     assert len(active) == 1 and len(report.new) == 1
     assert sorted(active[0]["sources"]) == sorted(ids)
     assert sorted(active[0]["channels"]) == ["telegram", "webchat", "whatsapp"]
@@ -146,7 +146,7 @@ def test_the_same_fact_stated_three_ways_is_one_active_fact(settings, db, vector
         start="2026-11-05T09:00:00Z",
     )
     _extract(settings, db, vectors, embedder)
-    active = db.run(store.active)
+    active = db.run(fact_store.active)
     assert len(active) == 1 and more[0] in active[0]["sources"]
 
 
@@ -170,7 +170,7 @@ def test_write_time_dedupe_uses_cosine_for_near_identical_wording(settings, db, 
         ],
     )
     assert first.new and second.new == [] and second.reinforced == first.new * 2
-    assert db.run(store.get, first.new[0])["sources"] == [1, 2, 3]
+    assert db.run(fact_store.get, first.new[0])["sources"] == [1, 2, 3]
 
 
 def test_quoted_bulletin_and_bootstrap_text_creates_no_fact(settings, db, vectors, embedder, tmp_path):
@@ -191,7 +191,7 @@ def test_quoted_bulletin_and_bootstrap_text_creates_no_fact(settings, db, vector
         ("webchat", "I prefer tea over coffee in the afternoon."),
     )
     report = _extract(settings, db, vectors, embedder)
-    texts = [f["text"] for f in db.run(store.active)]
+    texts = [f["text"] for f in db.run(fact_store.active)]
     assert texts == ["I prefer tea over coffee in the afternoon."], texts
     assert len(report.new) == 1
 
@@ -205,7 +205,7 @@ def test_eviction_to_cold_and_promotion_back(settings, db, vectors, embedder, tm
         ("telegram", "I love hiking in Sintra on Sundays."),
     )
     _extract(settings, db, vectors, embedder)
-    facts = db.run(store.active)
+    facts = db.run(fact_store.active)
     assert len(facts) == 2
     bakery = next(f for f in facts if "bakery" in f["text"])
     old = utcnow() - timedelta(days=settings.cold_after_days + 1)
@@ -214,16 +214,16 @@ def test_eviction_to_cold_and_promotion_back(settings, db, vectors, embedder, tm
 
     evicted = evict_to_cold(db, vectors, settings)
     assert evicted == [bakery["id"]]
-    assert db.run(store.tier_counts) == {"hot": 1, "cold": 1}
+    assert db.run(fact_store.tier_counts) == {"hot": 1, "cold": 1}
     assert vectors.ids(SEMANTIC, "tier = 'cold'") == {bakery["id"]}
-    floor = [f["id"] for f in db.run(store.hot_for_floor, 50)]
+    floor = [f["id"] for f in db.run(fact_store.hot_for_floor, 50)]
     assert bakery["id"] not in floor  # cold facts leave the system floor
 
     hit = recall(db, settings, "where do I buy my bread?", k=1)[0]
     assert hit.fact_id == bakery["id"] and hit.tier == "cold"
     note_use(db, settings, [hit])
     assert hit.tier == "hot"  # promoted once shown
-    assert db.run(store.get, bakery["id"])["tier"] == "hot"
+    assert db.run(fact_store.get, bakery["id"])["tier"] == "hot"
     assert vectors.ids(SEMANTIC, "tier = 'cold'") == set()
 
 
@@ -281,8 +281,8 @@ def test_merge_supersedes_and_links_near_duplicates(settings, db, vectors, embed
     merge_and_consolidate(db, vectors, s, report)
     sync_facts(db, vectors, embedder, s)
     assert report.merged == [(ids[0], ids[1])]  # the more important one survives
-    absorbed = db.run(store.get, ids[0])
-    survivor = db.run(store.get, ids[1])
+    absorbed = db.run(fact_store.get, ids[0])
+    survivor = db.run(fact_store.get, ids[1])
     assert absorbed["status"] == "superseded" and survivor["sources"] == [1, 2]
     assert db.query("SELECT superseded_by FROM facts WHERE id = ?", [ids[0]])[0][0] == ids[1]
     assert vectors.ids(SEMANTIC, "status = 'active'") == {ids[1]}
@@ -300,14 +300,14 @@ def test_forget_and_edit_never_resurface_the_old_text(settings, db, vectors, emb
             FactDraft("I am allergic to peanuts", "preference", 3, (8,), ("webchat",), now),
         ],
     ).new
-    new_id = db.run(store.edit, wrong, "My dentist appointment is on Monday")
-    db.run(store.forget, other, "user said it was wrong")
+    new_id = db.run(fact_store.edit, wrong, "My dentist appointment is on Monday")
+    db.run(fact_store.forget, other, "user said it was wrong")
     sync_facts(db, vectors, embedder, settings)
     texts = [h.text for h in recall(db, settings, "dentist appointment day", k=5)]
     assert "My dentist appointment is on Monday" in texts
     assert "My dentist appointment is on Friday" not in texts
     assert not any("peanuts" in t for t in recall_texts(db, settings, "peanut allergy"))
-    assert db.run(store.get, new_id)["sources"] == [7]  # the correction keeps its provenance
+    assert db.run(fact_store.get, new_id)["sources"] == [7]  # the correction keeps its provenance
     audit = [r[0] for r in db.query("SELECT action FROM fact_events WHERE fact_id IN (?, ?)", [wrong, other])]
     assert "superseded" in audit and "forgotten" in audit
 
@@ -352,7 +352,7 @@ def test_anthropic_extraction_path_and_idle_makes_no_calls(
     request = messages_server.requests[0]
     assert request["model"] == "claude-haiku-test"
     assert f"[{ids[0]}] (telegram) Ich heiße Maya" in request["messages"][0]["content"]
-    fact = db.run(store.active)[0]
+    fact = db.run(fact_store.active)[0]
     assert fact["text"] == "Maya lives in Lisbon" and fact["sources"] == [ids[0]]
     assert db.query("SELECT purpose, asset FROM llm_usage") == [("extraction", "extracted_facts")]
 
@@ -378,7 +378,9 @@ def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db,
         )
         assert result.success
         checks = result.get_asset_check_evaluations()
-        assert len(checks) == len(ALL_CHECKS) and all(c.passed for c in checks), checks
+        check_keys = {k for c in ALL_CHECKS for k in c.check_keys}
+        check_keys |= {spec.key for a in ALL_ASSETS for spec in getattr(a, "check_specs", ())}
+        assert len(checks) == len(check_keys) and all(c.passed for c in checks), checks
         facts = result.asset_materializations_for_node("extracted_facts")[0].metadata
         assert facts["new_facts"].value == 2 and "green tea" in facts["preview"].value
         calls_before = db.query("SELECT count(*) FROM llm_usage")[0][0]
@@ -392,6 +394,36 @@ def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db,
         assert again.asset_materializations_for_node("extracted_facts")[0].metadata["new_facts"].value == 0
         assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls_before
     assert db.query("SELECT count(*) FROM facts WHERE status = 'active'")[0][0] == 2
+
+
+def test_extracted_facts_shows_the_current_memory_and_the_turns_without_a_fact(settings, db, tmp_path):
+    tea, _, _, goal = _history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "I prefer green tea | never <b>coffee</b> in the morning."),
+        ("telegram", "ok thanks"),
+        ("webchat", "lol"),
+        ("webchat", "My goal is to run a half marathon in April."),
+    )
+    resources = {"cortex": CortexResource(home=str(settings.home))}
+    memory = [a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory", "extracted_facts")]
+    with DagsterInstance.ephemeral() as instance:
+        first = materialize(memory, instance=instance, resources=resources)
+        meta = first.asset_materializations_for_node("extracted_facts")[0].metadata
+        table = meta["current_memory"].value
+        (tea_row,) = [line for line in table.splitlines() if "green tea" in line]
+        assert "| hot |" in tea_row and tea_row.endswith(f"| {tea} |")  # tier and source turn
+        assert "\\| never &lt;b&gt;coffee" in tea_row  # the fact's text is escaped, not markup
+        assert "half marathon" in table and meta["current_facts"].value == 2
+        assert meta["turns_without_fact"].value == 2  # "ok thanks" and "lol"
+
+        (goal_fact,) = [f for f in db.run(fact_store.active) if goal in f["sources"]]
+        db.run(fact_store.forget, goal_fact["id"], "test")
+        again = materialize(memory, instance=instance, resources=resources)
+        meta = again.asset_materializations_for_node("extracted_facts")[0].metadata
+        assert "half marathon" not in meta["current_memory"].value and meta["current_facts"].value == 1
+        assert meta["turns_without_fact"].value == 2  # a forgotten fact still came from its turn
 
 
 def test_harvested_op_becomes_a_fact_with_both_source_turns(settings, db, vectors, embedder):
@@ -422,7 +454,7 @@ def test_harvested_op_becomes_a_fact_with_both_source_turns(settings, db, vector
     assert op_ids == [op_id] and len(drafts) == 1
     written = remember(db, vectors, embedder, settings, drafts)
     mark_gardened(db, op_ids, settings.op_archive_days)
-    fact = db.run(store.get, written.new[0])
+    fact = db.run(fact_store.get, written.new[0])
     asked, answered = (r[0] for r in db.query("SELECT id FROM session WHERE role = 'user' ORDER BY id"))
     assert fact["sources"] == [asked, answered] and "Café Lua" in fact["text"]
     assert harvest_drafts(db, settings) == ([], [])  # gardened: never harvested twice

@@ -25,9 +25,9 @@ from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.vectors import SEMANTIC, vector_store
-from cortex_pipelines.publish.bulletin import memory_rows
 from cortex_pipelines.storage import Database, utcnow
 from cortex_pipelines.storage.migrations import MIGRATIONS
+from cortex_pipelines.storage.published import bulletin_facts
 from cortex_pipelines.storage.session import append_owner_note
 from tests.conftest import drop
 from tests.test_cli import cortex
@@ -122,7 +122,7 @@ def test_a_saved_fact_keeps_its_importance_and_categories_and_leads_the_bulletin
         "SELECT id, status, importance, category, categories FROM facts WHERE text = ?", [LOCKER]
     )
     assert (status, importance, category, categories) == ("active", 3.0, "identity", ["identity", "fact"])
-    assert memory_rows(db)[0]["text"] == LOCKER  # importance 3 sorts first, one scale with extraction
+    assert db.run(bulletin_facts)[0]["text"] == LOCKER  # importance 3 sorts first, one scale with extraction
     assert _lance(settings)[fact_id]["text"] == LOCKER  # searchable at once
     (sources,) = db.query("SELECT sources FROM facts WHERE id = ?", [fact_id])[0]
     said = db.query("SELECT channel, content FROM session WHERE id = ?", [sources[0]])[0]
@@ -497,4 +497,4 @@ def test_a_version_7_database_opens_with_hand_saved_importance_on_the_1_to_3_sca
         (1.0, ["observation"], True),
         (2.0, ["preference"], False),
     ]
-    assert memory_rows(db)[0]["text"] == "Lisbon matters to the user."
+    assert db.run(bulletin_facts)[0]["text"] == "Lisbon matters to the user."

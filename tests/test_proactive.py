@@ -24,6 +24,7 @@ from cortex_pipelines.sensors.scheduler import scheduler
 from cortex_pipelines.sensors.supervision import supervision
 from cortex_pipelines.storage import bus, lease, outbox
 from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage import schedules as schedule_store
 from tests.conftest import drop, msg
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -92,7 +93,7 @@ def test_a_tool_created_schedule_fires_once_per_due_time_across_a_restart(settin
     llm = ScriptedClient("Time to review your inbox.")
     Brain(db, settings, llm).drain()
     assert llm.requests[0].hints["schedule"]["schedule_id"] == job_id
-    assert [(r["channel"], r["text"]) for r in outbox.waiting(db)][-1] == (
+    assert [(r["channel"], r["text"]) for r in db.run(outbox.waiting)][-1] == (
         "webchat",
         "Time to review your inbox.",
     )
@@ -107,7 +108,7 @@ def test_firings_missed_while_down_are_delivered_once_and_marked_late(settings, 
     meta = json.loads(_cron_rows(db)[0]["metadata"])
     assert meta["late"] is True and meta["missed"] == 3 and "late" in _cron_rows(db)[0]["text"]
     assert _fire(db, settings) == []
-    job = db.run(schedules.get, job_id)
+    job = db.run(schedule_store.schedule_by_id, job_id)
     assert job["late_count"] == 1 and job["next_fire_at"] == datetime(2026, 3, 27, 8, 0)
 
     reply = Brain(db, settings, OfflineClient()).drain()
@@ -122,7 +123,7 @@ def test_daily_nine_oclock_in_berlin_keeps_its_wall_clock_across_the_march_chang
     job = db.run(schedules.create, request, settings, now, "telegram")
     due_times = []
     for _ in range(4):
-        nxt = db.run(schedules.get, job["id"])["next_fire_at"]
+        nxt = db.run(schedule_store.schedule_by_id, job["id"])["next_fire_at"]
         _at(monkeypatch, (nxt + timedelta(seconds=5)).replace(tzinfo=UTC).isoformat())
         (firing,) = _fire(db, settings)
         due_times.append(firing.due_at)
@@ -150,7 +151,7 @@ def test_schedule_requests_that_cannot_work_get_a_readable_error(settings, db, m
     texts = [e["content"] for e in errors]
     assert "cron" in texts[0] and "Mars/Olympus" in texts[1] and "in the past" in texts[2]
     assert "cannot deliver to channel 'cron'" in texts[3] and "exactly one of" in texts[4]
-    assert db.run(schedules.active) == []
+    assert db.run(schedule_store.active_schedules) == []
 
 
 def test_admin_tools_are_not_offered_to_connector_channels(settings, db):
@@ -201,9 +202,9 @@ def test_a_message_stuck_in_processing_is_requeued_with_its_attempt_counted(sett
 
     _at(monkeypatch, "2026-03-23T07:20:00+00:00")
     assert db.run(supervise, settings, True) == []  # a processing run is active: leave it alone
-    lease.acquire(db, "drain", settings.lease_timeout_s)
+    db.run(lease.acquire, "drain", settings.lease_timeout_s)
     assert db.run(supervise, settings, False) == []  # a live drainer holds the lease
-    lease.release(db)
+    db.run(lease.release)
 
     (finding,) = db.run(supervise, settings, False)
     assert (finding.kind, finding.subject, finding.action) == ("stuck_message", f"bus #{stuck}", "requeued")
@@ -225,7 +226,7 @@ def test_supervision_sensor_requeues_and_asks_for_a_run(settings, db, monkeypatc
         result = supervision(build_sensor_context(instance=instance, resources=resources))
         assert len(result.run_requests) == 1 and result.run_requests[0].tags["cortex/lane"] == "brain"
         quiet = supervision(build_sensor_context(instance=instance, resources=resources))
-    assert bus.counts(db)["pending"] == 1
+    assert db.run(bus.counts)["pending"] == 1
     assert "all clear" in quiet.skip_message
 
 
@@ -243,14 +244,14 @@ def test_scheduler_sensor_fires_and_asks_for_a_run(settings, db, monkeypatch):
         result = scheduler(build_sensor_context(instance=instance, resources=resources))
     assert len(result.run_requests) == 1 and json.loads(result.cursor)["fired"] == 1
     assert [r["state"] for r in _cron_rows(db)] == ["pending"]
-    assert db.run(schedules.active) == []  # a one-shot job is done after it fired
+    assert db.run(schedule_store.active_schedules) == []  # a one-shot job is done after it fired
 
 
 def test_an_overdue_op_becomes_failed_and_is_shown_once(settings, db, monkeypatch):
     _at(monkeypatch, "2026-03-23T07:00:00+00:00")
     drop(settings, "webchat", "a.json", msg("webchat", "first", "w1"))
     ingest_inbox(settings, db)
-    op_id = ops_store.spawn(db, 1, "compare flight prices", "webchat", settings.op_deadline_hours)
+    op_id = db.run(ops_store.spawn, 1, "compare flight prices", "webchat", settings.op_deadline_hours)
     Brain(db, settings, ScriptedClient("ok")).drain()
 
     _at(monkeypatch, "2026-03-24T08:00:00+00:00")  # the 24 h deadline has passed

@@ -7,22 +7,21 @@ import os
 from datetime import timedelta
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
 from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import status
-from cortex_pipelines.memory import store as memory_store
-from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.publish import boot
 from cortex_pipelines.publish.outputs import find_secrets, publish, redact
 from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
+from cortex_pipelines.storage.facts import FactDraft
 from tests.support.messages_server import error, text
 
-PUBLISHED = ("narrative.md", "BOOTSTRAP.md", "memory_bulletin.md")
 MATERIALIZABLE = [a for a in ALL_ASSETS if a.key.path[0] != "bus_messages"]
 
 
@@ -64,7 +63,7 @@ def _materialize(settings, instance):
 
 
 def _files(settings) -> dict[str, bytes]:
-    return {name: (settings.paths.out / name).read_bytes() for name in PUBLISHED}
+    return {name: path.read_bytes() for name, path in settings.paths.published.items()}
 
 
 def test_outputs_reflect_the_conversation_and_idle_runs_change_nothing(settings, db, tmp_path):
@@ -78,16 +77,17 @@ def test_outputs_reflect_the_conversation_and_idle_runs_change_nothing(settings,
     assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls
     for name in ("narrative", "memory_bulletin", "boot_context"):
         meta = second.asset_materializations_for_node(name)[0].metadata
-        assert meta["changed"].value is False
+        assert meta["written"].value is True and meta["changed"].value is False
         assert first.asset_materializations_for_node(name)[0].metadata["preview"].value.startswith("#")
 
-    bulletin = before["memory_bulletin.md"].decode()
+    assert all(e.passed for e in second.get_asset_check_evaluations())
+    bulletin = before["memory_bulletin"].decode()
     assert "## Preferences (1 of 1)" in bulletin and "window seats" in bulletin and "(src " in bulletin
     assert "Figma" in bulletin and "Budget auf 5000 Euro" in bulletin and "Maya Costa" in bulletin
-    boot_md = before["BOOTSTRAP.md"].decode()
+    boot_md = before["boot_context"].decode()
     assert len(boot_md) <= settings.boot_max_chars and "Helios" in boot_md
     assert "Recent decisions" in boot_md and "[high]" in boot_md  # budget → high impact
-    assert "Helios" in before["narrative.md"].decode()
+    assert "Helios" in before["narrative"].decode()
     assert status(settings)["warmup"] == "warm"
 
 
@@ -182,7 +182,7 @@ def test_a_failed_write_keeps_the_old_file_whole(tmp_path, monkeypatch):
     assert [p.name for p in target.parent.iterdir()] == ["BOOTSTRAP.md"]  # no temp file left behind
 
 
-def test_unwritable_output_folder_is_a_warning_not_a_crash(settings, db, tmp_path, monkeypatch):
+def test_a_failed_write_keeps_the_last_good_files(settings, db, tmp_path, monkeypatch):
     import cortex_pipelines.publish.outputs as outputs
 
     _history(settings, db, tmp_path, CONVERSATION[:2])
@@ -195,11 +195,35 @@ def test_unwritable_output_folder_is_a_warning_not_a_crash(settings, db, tmp_pat
             raise PermissionError(13, "Permission denied", str(path))
 
         monkeypatch.setattr(outputs, "write_atomic", read_only)
-        result = _materialize(settings, instance)  # succeeds: a warning, not a failure
+        result = _materialize(settings, instance)  # the run goes on; the file's check is red
     assert _files(settings) == before
     meta = result.asset_materializations_for_node("memory_bulletin")[0].metadata
-    assert "Permission denied" in meta["warning"].value
+    assert meta["written"].value is False and "Permission denied" in meta["error"].value
     assert status(settings)["warmup"] == "degraded"
+
+
+def test_unwritable_output_folder_turns_the_written_checks_red(settings, db, tmp_path):
+    _history(settings, db, tmp_path, CONVERSATION[:2])
+    out = settings.paths.out
+    out.chmod(0o500)
+    if os.access(out, os.W_OK):  # root writes anyway: a regular file where the folder was cannot hold one
+        out.chmod(0o700)
+        out.rmdir()
+        out.write_text("not a folder\n")
+    try:
+        with DagsterInstance.ephemeral() as instance:
+            result = _materialize(settings, instance)  # the run goes on
+    finally:
+        if out.is_dir():
+            out.chmod(0o700)
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    for name, path in settings.paths.published.items():
+        meta = result.asset_materializations_for_node(name)[0].metadata
+        assert meta["written"].value is False and meta["changed"].value is False
+        check = checks[f"{name}_written"]
+        assert not check.passed and check.severity == AssetCheckSeverity.ERROR
+        assert f"could not write {path}" in check.metadata["error"].value
+        assert not path.is_file()
 
 
 def test_publish_skips_a_failed_write_and_retries_next_time(settings, db, monkeypatch):
@@ -213,8 +237,8 @@ def test_publish_skips_a_failed_write_and_retries_next_time(settings, db, monkey
 
     monkeypatch.setattr(outputs, "write_atomic", no_space)
     failed = publish(db, settings, "narrative", lambda: "# N\nsecond\n")
-    assert failed.warning and "kept the last good file" in failed.warning
-    assert (settings.paths.out / "narrative.md").read_text() == "# N\nfirst\n"
+    assert not failed.written and "kept the last good file" in failed.error
+    assert settings.paths.narrative.read_text() == "# N\nfirst\n"
     monkeypatch.undo()
     assert publish(db, settings, "narrative", lambda: "# N\nsecond\n").changed
 
@@ -248,7 +272,7 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
         messages_server.responder = responder
         with DagsterInstance.ephemeral() as instance:
             _materialize(settings, instance)
-            bulletin = (settings.paths.out / "memory_bulletin.md").read_text()
+            bulletin = settings.paths.memory_bulletin.read_text()
             assert bulletin.startswith("# Memory Bulletin") and "window seats" in bulletin
             purposes = [r[0] for r in db.query("SELECT purpose FROM llm_usage ORDER BY id")]
             assert purposes.count("bulletin") == 1
@@ -258,12 +282,12 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
 
             # Memory changes, the model fails: the previous bulletin stays, state is degraded.
             db.run(
-                memory_store.insert,
+                fact_store.insert,
                 FactDraft("I prefer aisle seats on trains", "preference", 2, (1,), ("telegram",), utcnow()),
             )
             messages_server.responder = lambda body: error(500)
             _materialize(settings, instance)
-        assert (settings.paths.out / "memory_bulletin.md").read_text() == bulletin
+        assert settings.paths.memory_bulletin.read_text() == bulletin
         assert status(settings)["warmup"] == "degraded"
     finally:
         for key in s_env:

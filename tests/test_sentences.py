@@ -1,13 +1,15 @@
-"""Sentences split where they end, not at abbreviations, initials or decimals; extraction keeps
-"Dr. Kahnwald" whole."""
+"""The shared text module: sentences split where they end, not at abbreviations, initials or
+decimals (extraction keeps "Dr. Kahnwald" whole), and the user's own words leave out code and
+quotes the same way for extraction and tracking."""
 
 from __future__ import annotations
 
 import pytest
 
-from cortex_pipelines.memory.extract import InjectedText, SourceTurn, extract_offline
+from cortex_pipelines.memory.extract import InjectedText, extract_offline
 from cortex_pipelines.memory.pipeline import sentence_lines
-from cortex_pipelines.memory.sentences import sentence_spans, split_sentences
+from cortex_pipelines.text import normalize, own_text, sentence_spans, split_sentences
+from cortex_pipelines.turn import Turn
 
 
 @pytest.mark.parametrize(
@@ -37,7 +39,7 @@ def test_sentences_are_not_cut_at_abbreviations(text, expected):
 
 
 def test_the_therapist_fact_is_extracted_whole():
-    turn = SourceTurn(1, "webchat", "Remember that my therapist is Dr. Kahnwald. Thanks!", None)
+    turn = Turn(1, "user", "webchat", "maya", "Remember that my therapist is Dr. Kahnwald. Thanks!", None)
     (draft,) = extract_offline([turn], InjectedText([]))
     assert draft.text == "My therapist is Dr. Kahnwald."
 
@@ -72,3 +74,28 @@ def test_a_turn_is_searched_with_the_turn_it_answers_only_in_an_exchange():
     # The user's own previous message is about something else: it must not lend this turn its words.
     paired = episode_search_text("maya", "good morning!", "maya", "I'm allergic to peanuts.")
     assert paired == "maya: good morning!"
+
+
+def test_own_text_drops_fences_and_quoted_lines():
+    text = "Mine: we decided on Rust.\n> they decided on Go\n```\nstatus = 'done'\n```\nmore of mine"
+    assert own_text(text) == "Mine: we decided on Rust.\nmore of mine"
+    assert own_text("mine\n~~~\npasted\n~~~\nmine too") == "mine\nmine too"
+    assert own_text("\nfirst\n\nsecond") == "\nfirst\n\nsecond"  # lines without code stay as they are
+
+
+def test_an_unclosed_fence_drops_the_rest_of_the_text():
+    # Extraction used to keep an unclosed fence's contents as the user's words; tracking dropped them.
+    assert own_text("keep\n```py\nI decided to use Go. I live in Paris.") == "keep"
+    assert own_text("keep ```I live in Paris.") == "keep "
+    assert own_text("keep\n~~~\nI live in Paris.") == "keep"
+
+
+def test_inline_code_goes_and_the_words_around_it_stay():
+    assert own_text("I ran ```rm -rf build``` and it works") == "I ran   and it works"
+    assert own_text("see ```\ncode\n``` done") == "see \n done"
+    assert own_text("> quoted ```\nmine") == "mine"  # a fence inside a quote opens nothing
+
+
+def test_normalize_ignores_case_punctuation_and_contractions():
+    assert normalize("I’m  moving to BERLIN!") == "i am moving to berlin"
+    assert normalize("the auth-migration") == normalize("The Auth Migration.")

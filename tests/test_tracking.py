@@ -7,29 +7,18 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from cortex_pipelines.publish.tracking import (
-    HIGH_IMPACT_KEYWORDS,
-    LANGUAGES,
-    MOODS,
-    Decision,
-    Thread,
-    TurnIn,
-    detect_mood,
-    extract_decisions,
-    extract_signals,
-    infer_impact,
-    infer_priority,
-    matches_thread,
-    strip_quotes,
-    update_threads,
-)
+from cortex_pipelines.publish.decisions import HIGH_IMPACT_KEYWORDS, Decision, extract_decisions, infer_impact
+from cortex_pipelines.publish.mood import MOODS, detect_mood
+from cortex_pipelines.publish.signals import LANGUAGES, extract_signals
+from cortex_pipelines.publish.threads import Thread, infer_priority, matches_thread, update_threads
+from cortex_pipelines.turn import Turn
 
 T0 = datetime(2026, 3, 2, 9, 0)
 
 
-def turn(n: int, text: str, at: datetime | None = None, sender: str | None = "alex") -> TurnIn:
-    return TurnIn(
-        id=n, role="user", channel="telegram", sender=sender, text=text, ts=at or T0 + timedelta(minutes=n)
+def turn(n: int, text: str, at: datetime | None = None, sender: str | None = "alex") -> Turn:
+    return Turn(
+        id=n, role="user", channel="telegram", sender=sender, content=text, ts=at or T0 + timedelta(minutes=n)
     )
 
 
@@ -196,12 +185,6 @@ def test_decision_excerpt_is_a_word_bounded_window():
     assert len(excerpt) <= 50 + len("we decided") + 100
     words = set((before + after).split())
     assert all(w in words for w in excerpt.replace("we decided", "").split())
-
-
-def test_strip_quotes_drops_fences_and_quoted_lines():
-    text = "Mine: we decided on Rust.\n> they decided on Go\n```\nstatus = 'done'\n```\nmore of mine"
-    assert strip_quotes(text) == "Mine: we decided on Rust.\nmore of mine"
-    assert strip_quotes("keep\n```py\nnever closed") == "keep"
 
 
 # --- mood, impact, priority -----------------------------------------------------------------------

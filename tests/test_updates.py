@@ -19,7 +19,6 @@ from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.recall import recall
-from cortex_pipelines.memory.store import hot_for_floor
 from cortex_pipelines.memory.updates import (
     announces_change,
     newest_successors,
@@ -28,6 +27,7 @@ from cortex_pipelines.memory.updates import (
 )
 from cortex_pipelines.memory.vectors import vector_store
 from cortex_pipelines.storage import updates
+from cortex_pipelines.storage.facts import hot_for_floor
 from tests.conftest import drop, msg
 from tests.test_cli import cortex
 

@@ -24,8 +24,10 @@ from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import system_overview
-from cortex_pipelines.storage import Database, lease
+from cortex_pipelines.storage import Database, bus, lease
+from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import enqueue_rows
+from cortex_pipelines.storage.session import reply_text
 
 HELP = """Slash commands (the same tools the brain has here):
   /recall QUERY          search memory
@@ -104,7 +106,7 @@ class AdminChat:
         deadline = time.monotonic() + self.wait_s
         brain = Brain(self.db, self.settings, self.llm, inspect=self.inspect)
         while time.monotonic() < deadline:
-            state, error = self.db.query("SELECT state, error FROM bus WHERE id = ?", [bus_id])[0]
+            state, error = self.db.run(bus.state_of, bus_id)
             if state in ("completed", "failed", "skipped"):
                 return self._answer(bus_id, state, error)
             try:
@@ -116,8 +118,8 @@ class AdminChat:
     def _answer(self, bus_id: int, state: str, error: str | None) -> str:
         if state != "completed":
             return f"(message #{bus_id} {state}: {error})"
-        row = self.db.query("SELECT content FROM session WHERE bus_id = ? AND role = 'assistant'", [bus_id])
-        return row[0][0] if row else "(no reply)"
+        reply = self.db.run(reply_text, bus_id)
+        return "(no reply)" if reply is None else reply
 
     # -- slash commands ----------------------------------------------------------------------
 
@@ -252,14 +254,14 @@ class AdminChat:
         return "\n".join(control.pin_line(p) for p in control.pins(self.db)) or "nothing pinned"
 
     def _schedules(self) -> str:
-        jobs = [schedules.describe(j) for j in self.db.run(schedules.active)]
+        jobs = [schedules.describe(j) for j in self.db.run(schedule_store.active_schedules)]
         return (
             "\n".join(f"{j['id']}: {j['description']} — next {j['next_fire']} ({j['when']})" for j in jobs)
             or "no schedules"
         )
 
     def _unschedule(self, job_id: str) -> str:
-        done = self.db.run(schedules.delete, job_id, clock.now())
+        done = self.db.run(schedule_store.delete_schedule, job_id)
         return f"deleted {job_id}" if done else f"no active schedule {job_id}"
 
     def _erase(self, *words: str) -> str:

@@ -229,7 +229,7 @@ def _disk(paths: Paths) -> Check:
 
 
 def _dagster_home(paths: Paths) -> Check:
-    config = paths.dagster_home / "dagster.yaml"
+    config = paths.dagster_yaml
     if not config.is_file():
         return Check("dagster home", paths.dagster_home, False, f"{config} is missing", INIT)
     return Check("dagster home", paths.dagster_home, True, f"{paths.dagster_home}: dagster.yaml present")

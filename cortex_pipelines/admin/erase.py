@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from cortex_pipelines import clock
-from cortex_pipelines.admin import dagster_storage
 from cortex_pipelines.admin.redaction import Redactor
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.publish import boot, bulletin, narrative
-from cortex_pipelines.publish.outputs import FILES, publish
-from cortex_pipelines.storage import Database, erasure, lease, session
+from cortex_pipelines.publish.outputs import publish
+from cortex_pipelines.storage import Database, dagster_sqlite, erasure, lease, session
 from cortex_pipelines.storage.backup import BackupError, discard_copies
 from cortex_pipelines.storage.erasure import Selector
+from cortex_pipelines.storage.published import bulletin_facts, latest_user_activity
 
 SHOWN_CHARS = 72
 
@@ -189,14 +189,14 @@ def _apply(
 ) -> Erasure:
     """Erase a plan: planned again under the brain lease (a message may have come meanwhile), then
     DuckDB in one transaction, every other store, and DuckDB's file rewritten."""
-    runs = dagster_storage.live_runs(settings.paths.dagster_home)
+    runs = dagster_sqlite.live_runs(settings.paths.dagster_home)
     if runs:
         raise Busy(
             f"Dagster run(s) {', '.join(r[:8] for r in runs)} in progress: wait for them to finish "
             "(or stop `cortex dev`), then run the command again; nothing was erased"
         )
     try:
-        lease.acquire(db, holder="erase", timeout_s=settings.lease_timeout_s)
+        db.run(lease.acquire, "erase", settings.lease_timeout_s)
     except lease.BrainBusy as exc:
         raise Busy(f"{exc}: try again when it is done; nothing was erased") from None
     try:
@@ -212,7 +212,7 @@ def _apply(
         result.counts = plan.counts | result.counts
         result.counts |= _seal(settings, db, result)
     finally:
-        lease.release(db)
+        db.run(lease.release)
     return result
 
 
@@ -345,40 +345,40 @@ def _outbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Reda
 def _published(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
     """The published files rebuilt from what is left, with no LLM call (with anthropic, the bulletin
     stays typed until its next run synthesizes it again); the hot snapshot loses its erased lines."""
-    out, changed = settings.paths.out, 0
-    snapshot = out / "hot-snapshot.md"
+    changed = 0
+    snapshot = settings.paths.hot_snapshot
     if snapshot.is_file():
         text, dropped = redactor.drop(snapshot.read_text(encoding="utf-8"))
         if dropped:
             write_atomic(snapshot, text)
             changed += 1
     renders = {
-        "narrative": lambda: narrative.render(narrative.inputs(db, settings, narrative.latest_activity(db))),
-        "memory_bulletin": lambda: bulletin.render_typed(bulletin.memory_rows(db), settings.bulletin_words),
+        "narrative": lambda: narrative.render(narrative.inputs(db, settings)),
+        "memory_bulletin": lambda: bulletin.render_typed(db.run(bulletin_facts), settings.bulletin_words),
         "boot_context": lambda: boot.render(
             boot.inputs(db, settings), settings.boot_max_chars, settings.boot_threads
         ),
     }
     for name, render in renders.items():  # in this order: BOOTSTRAP.md embeds the narrative
-        path = out / FILES[name]
+        path = settings.paths.published[name]
         if not path.is_file():
             continue
-        if name == "narrative" and narrative.latest_activity(db) is None:
+        if name == "narrative" and db.run(latest_user_activity) is None:
             path.unlink()  # nothing left to narrate
             changed += 1
             continue
         result = publish(db, settings, name, render)
-        if result.warning:
-            raise OSError(result.warning)
+        if result.error:
+            raise OSError(result.error)
         changed += result.changed
     return {"published_files": changed}
 
 
 def _dagster(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
     home = settings.paths.dagster_home
-    if where := dagster_storage.elsewhere(home):
+    if where := dagster_sqlite.elsewhere(home):
         raise OSError(f"Dagster keeps its storage elsewhere ({where}): erase the text there yourself")
-    return dagster_storage.clean(home, redactor)
+    return dagster_sqlite.clean(home, redactor)
 
 
 def _seal(settings: Settings, db: Database, result: Erasure) -> dict[str, int]:

@@ -14,6 +14,7 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.storage import bus, lease, usage
+from cortex_pipelines.storage.session import count_turns
 
 BRAIN_POOL = "cortex_brain"
 
@@ -34,8 +35,8 @@ def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> 
     except lease.BrainBusy as busy:
         context.log.warning(f"{busy}; that process answers the queue")
         return MaterializeResult(metadata={"skipped": MetadataValue.text(str(busy))})
-    depth = bus.counts(db)
-    session_rows = db.query("SELECT count(*) FROM session")[0][0]
+    depth = db.run(bus.counts)
+    session_rows = db.run(count_turns)
     return MaterializeResult(
         metadata={
             "processed": report.processed,
@@ -49,7 +50,7 @@ def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> 
             "bus_pending": depth["pending"],
             "bus_failed": depth["failed"],
             "session_rows": session_rows,
-            "llm_tokens_today": usage.tokens_today(db),
+            "llm_tokens_today": db.run(usage.tokens_today),
         }
     )
 
@@ -60,14 +61,12 @@ def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> 
 )
 def no_failed_messages(cortex: CortexResource) -> AssetCheckResult:
     db = cortex.database()
-    failed = db.query_dicts(
-        "SELECT id, channel, error FROM bus WHERE state = 'failed' ORDER BY id DESC LIMIT 20"
-    )
+    failed = db.run(bus.latest_failures, 20)
     preview = "\n".join(f"- #{f['id']} {f['channel']}: {one_line(f['error'] or '', 300)}" for f in failed)
     return AssetCheckResult(
         passed=not failed,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"failed": bus.counts(db)["failed"], "latest": MetadataValue.md(preview or "none")},
+        metadata={"failed": db.run(bus.counts)["failed"], "latest": MetadataValue.md(preview or "none")},
     )
 
 

@@ -13,55 +13,17 @@ from dagster import (
     asset_check,
 )
 
-from cortex_pipelines.memory import store
+from cortex_pipelines.memory import cockpit
 from cortex_pipelines.memory.compaction import compact_idle_channels
-from cortex_pipelines.memory.harvest import harvest_drafts, mark_gardened
-from cortex_pipelines.memory.maintenance import (
-    MaintenanceReport,
-    decay_and_prune,
-    evict_to_cold,
-    merge_and_consolidate,
-)
+from cortex_pipelines.memory.harvest import harvest_ops
+from cortex_pipelines.memory.maintenance import evict_to_cold, maintain
 from cortex_pipelines.memory.observations import observe
-from cortex_pipelines.memory.pipeline import (
-    extract_new_facts,
-    index_episodes,
-    remember,
-    sync_facts,
-)
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC
-from cortex_pipelines.publish.safe import one_line
+from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes_for_recall
 from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import facts
 
 MEMORY_POOL = "cortex_memory"
 _common = {"group_name": "memory", "pool": MEMORY_POOL}
-
-
-def _fact_table(db, ids: list[int]) -> str:
-    if not ids:
-        return "_no new facts_"
-    rows = db.query_dicts(
-        "SELECT id, category, importance, text, sources FROM facts WHERE id IN (SELECT unnest(?)) "
-        "ORDER BY id",
-        [ids[:50]],
-    )
-    lines = ["| id | category | imp | fact | sources |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {r['id']} | {r['category']} | {r['importance']:g} | {one_line(r['text'], 120)} "
-        f"| {', '.join(map(str, r['sources']))} |"
-        for r in rows
-    ]
-    return "\n".join(lines)
-
-
-def _memory_sizes(cortex: CortexResource) -> dict:
-    db = cortex.database()
-    tiers = db.run(store.tier_counts)
-    return {
-        "hot_facts": tiers["hot"],
-        "cold_facts": tiers["cold"],
-        "episodic_rows": cortex.vectors().count(EPISODIC),
-    }
 
 
 @asset(
@@ -71,12 +33,9 @@ def _memory_sizes(cortex: CortexResource) -> dict:
     **_common,
 )
 def episodic_memory(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    added = index_episodes(
-        cortex.database(), cortex.vectors(), cortex.embedder(), cortex.settings(), log=context.log.info
-    )
-    if added:  # build and save recall's snapshot here, so the next query loads it rather than builds it
-        cortex.vectors().snapshot(EPISODIC)
-    return MaterializeResult(metadata={"indexed": added, **_memory_sizes(cortex)})
+    db, vectors = cortex.database(), cortex.vectors()
+    added = index_episodes_for_recall(db, vectors, cortex.embedder(), cortex.settings(), log=context.log.info)
+    return MaterializeResult(metadata={"indexed": added, **cockpit.memory_sizes(db, vectors)})
 
 
 @asset(
@@ -86,10 +45,11 @@ def episodic_memory(context: AssetExecutionContext, cortex: CortexResource) -> M
     **_common,
 )
 def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db = cortex.database()
+    db, vectors, settings = cortex.database(), cortex.vectors(), cortex.settings()
     report = extract_new_facts(
-        db, cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm(), log=context.log.info
+        db, vectors, cortex.embedder(), settings, cortex.memory_llm(), log=context.log.info
     )
+    current = cockpit.current_memory(db, settings)
     return MaterializeResult(
         metadata={
             "turns_read": report.turns_read,
@@ -99,8 +59,11 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
             "llm_calls": report.llm_calls,
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,
-            **_memory_sizes(cortex),
-            "preview": MetadataValue.md(_fact_table(db, report.new)),
+            **cockpit.memory_sizes(db, vectors),
+            "preview": MetadataValue.md(cockpit.new_facts(db, report.new)),
+            "current_facts": current.facts,
+            "current_memory": MetadataValue.md(current.table),
+            "turns_without_fact": current.turns_without_fact,
         }
     )
 
@@ -113,16 +76,12 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
 )
 def channel_summaries(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
     report = compact_idle_channels(cortex.database(), cortex.settings(), cortex.memory_llm())
-    preview = (
-        "\n".join(f"- **{one_line(c, 64)}**: {one_line(s, 500)}" for c, s in report.summaries.items())
-        or "_nothing idle_"
-    )
     return MaterializeResult(
         metadata={
             "compacted_channels": len(report.compacted),
             "llm_calls": report.llm_calls,
             "hot_snapshot": str(report.snapshot) if report.snapshot else "not written",
-            "preview": MetadataValue.md(preview),
+            "preview": MetadataValue.md(cockpit.summaries_preview(report.summaries)),
         }
     )
 
@@ -134,10 +93,11 @@ def channel_summaries(context: AssetExecutionContext, cortex: CortexResource) ->
     **_common,
 )
 def cold_memory(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    evicted = evict_to_cold(cortex.database(), cortex.vectors(), cortex.settings())
+    db, vectors = cortex.database(), cortex.vectors()
+    evicted = evict_to_cold(db, vectors, cortex.settings())
     if evicted:
         context.log.info(f"evicted {len(evicted)} fact(s) to cold storage: {evicted[:20]}")
-    return MaterializeResult(metadata={"evicted": len(evicted), **_memory_sizes(cortex)})
+    return MaterializeResult(metadata={"evicted": len(evicted), **cockpit.memory_sizes(db, vectors)})
 
 
 @asset(
@@ -147,17 +107,14 @@ def cold_memory(context: AssetExecutionContext, cortex: CortexResource) -> Mater
     **_common,
 )
 def harvested_ops(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, settings = cortex.database(), cortex.settings()
-    op_ids, drafts = harvest_drafts(db, settings)
-    written = remember(db, cortex.vectors(), cortex.embedder(), settings, drafts) if drafts else None
-    archived = mark_gardened(db, op_ids, settings.op_archive_days)
-    new = written.new if written else []
+    db = cortex.database()
+    report = harvest_ops(db, cortex.vectors(), cortex.embedder(), cortex.settings())
     return MaterializeResult(
         metadata={
-            "harvested_ops": len(op_ids),
-            "new_facts": len(new),
-            "archived_ops": archived,
-            "preview": MetadataValue.md(_fact_table(db, new)),
+            "harvested_ops": len(report.op_ids),
+            "new_facts": len(report.new),
+            "archived_ops": report.archived,
+            "preview": MetadataValue.md(cockpit.new_facts(db, report.new)),
         }
     )
 
@@ -169,22 +126,16 @@ def harvested_ops(context: AssetExecutionContext, cortex: CortexResource) -> Mat
     **_common,
 )
 def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, settings, vectors = cortex.database(), cortex.settings(), cortex.vectors()
-    report = MaintenanceReport()
-    decay_and_prune(db, settings, report)
-    merge_and_consolidate(db, vectors, settings, report)
-    synced = sync_facts(db, vectors, cortex.embedder(), settings)
-    for table in (EPISODIC, SEMANTIC):
-        vectors.optimize(table)
-        vectors.snapshot(table)  # a new version: save recall's snapshot of it now, not on a query
+    db, vectors = cortex.database(), cortex.vectors()
+    report = maintain(db, vectors, cortex.embedder(), cortex.settings())
     return MaterializeResult(
         metadata={
             "decayed": report.decayed,
             "pruned": len(report.pruned),
             "merged": len(report.merged),
             "consolidated": len(report.consolidated),
-            "resynced": synced,
-            **_memory_sizes(cortex),
+            "resynced": report.resynced,
+            **cockpit.memory_sizes(db, vectors),
         }
     )
 
@@ -197,11 +148,8 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
     **_common,
 )
 def observations(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db = cortex.database()
-    report = observe(db, cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm())
-    preview = "\n".join(
-        f"- {one_line(o.text, 300)} _({one_line(o.evidence, 200)}; messages {list(o.sources)[:8]})_"
-        for o in report.found
+    report = observe(
+        cortex.database(), cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm()
     )
     return MaterializeResult(
         metadata={
@@ -210,42 +158,36 @@ def observations(context: AssetExecutionContext, cortex: CortexResource) -> Mate
             "new_facts": len(report.new),
             "reinforced_facts": len(report.reinforced),
             "llm_calls": report.llm_calls,
-            "preview": MetadataValue.md(preview or "_no repeated behaviour yet_"),
+            "preview": MetadataValue.md(cockpit.observations_preview(report.found)),
         }
     )
 
 
 @asset_check(asset=extracted_facts, description="No two active facts share a normalized text.")
 def no_duplicate_facts(cortex: CortexResource) -> AssetCheckResult:
-    dupes = cortex.database().query(
-        "SELECT norm_hash, count(*) FROM facts WHERE status = 'active' GROUP BY norm_hash HAVING count(*) > 1"
-    )
-    return AssetCheckResult(passed=not dupes, metadata={"duplicate_groups": len(dupes)})
+    groups = cortex.database().run(facts.duplicate_groups)
+    return AssetCheckResult(passed=not groups, metadata={"duplicate_groups": groups})
 
 
 @asset_check(asset=extracted_facts, description="Every active fact names the messages it came from.")
 def facts_have_sources(cortex: CortexResource) -> AssetCheckResult:
-    orphans = cortex.database().query(
-        "SELECT count(*) FROM facts WHERE status = 'active' AND len(sources) = 0"
-    )[0][0]
+    orphans = cortex.database().run(facts.active_without_sources)
     return AssetCheckResult(passed=orphans == 0, metadata={"facts_without_sources": orphans})
 
 
 @asset_check(asset=extracted_facts, description="Hot memory stays within its cap.")
 def hot_memory_within_cap(cortex: CortexResource) -> AssetCheckResult:
-    hot = cortex.database().run(store.tier_counts)["hot"]
+    hot = cortex.database().run(facts.tier_counts)["hot"]
     cap = cortex.settings().hot_cap
     return AssetCheckResult(passed=hot <= cap, metadata={"hot": hot, "cap": cap})
 
 
 @asset_check(asset=extracted_facts, description="LanceDB's semantic table agrees with DuckDB.")
 def lancedb_agrees_with_duckdb(cortex: CortexResource) -> AssetCheckResult:
-    db, vectors = cortex.database(), cortex.vectors()
-    truth = {r[0] for r in db.query("SELECT id FROM facts WHERE status = 'active'")}
-    mirrored = vectors.ids(SEMANTIC, "status = 'active'")
+    missing, stale = cockpit.semantic_drift(cortex.database(), cortex.vectors())
     return AssetCheckResult(
-        passed=truth == mirrored,
-        metadata={"missing_in_lancedb": len(truth - mirrored), "stale_in_lancedb": len(mirrored - truth)},
+        passed=not missing and not stale,
+        metadata={"missing_in_lancedb": missing, "stale_in_lancedb": stale},
     )
 
 

@@ -20,18 +20,18 @@ from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
 from cortex_pipelines.memory.recall import Hit
-from cortex_pipelines.memory.store import hot_for_floor
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.bus import BusMessage, unshown_failures
+from cortex_pipelines.storage.facts import hot_for_floor
 from cortex_pipelines.storage.session import (
-    Turn,
     channel_history,
     channel_states,
     last_said,
     pins,
 )
+from cortex_pipelines.turn import Turn
 
 WORKSPACE_FILES = ("SOUL.md", "IDENTITY.md", "USER.md", "MEMORY.md")
 SILENCE = "[silence]"
@@ -156,7 +156,7 @@ def assemble(
         f"Now: {local:%A %Y-%m-%d %H:%M} ({settings.timezone}).",
         *_read_workspace(settings),
     ]
-    bulletin = settings.paths.out / "memory_bulletin.md"
+    bulletin = settings.paths.memory_bulletin
     if bulletin.is_file():
         floor.append(bulletin.read_text(encoding="utf-8", errors="replace").strip())
     ops = ops_store.visible(con)

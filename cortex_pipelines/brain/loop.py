@@ -21,7 +21,7 @@ from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
-from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse
+from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
@@ -30,23 +30,13 @@ from cortex_pipelines.memory.recall_config import preset
 from cortex_pipelines.memory.updates import announces_change, subject_of, superseded_statement
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
-from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, updates, utcnow
+from cortex_pipelines.publish.safe import one_line, redact_secrets
+from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, updates
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
+from cortex_pipelines.storage.checkpoints import record_checkpoint
+from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
-
-WARMUP_ROW = "memory_bulletin"
-
-
-def count_cold_dispatch(con) -> None:
-    """Seed 004: a turn answered before the bulletin is warm is a cold dispatch; count it."""
-    con.execute(
-        "INSERT INTO published (name, path, state, cold_dispatches) VALUES (?, 'memory_bulletin.md', "
-        "'cold', 1) ON CONFLICT (name) DO UPDATE SET cold_dispatches = published.cold_dispatches + "
-        "CASE WHEN published.state = 'warm' THEN 0 ELSE 1 END",
-        [WARMUP_ROW],
-    )
-
 
 Log = Callable[[str], None]
 
@@ -80,6 +70,15 @@ def route(output: Output, settings: Settings) -> Routed:
     return routed
 
 
+def _reply_summary(output: Output, routed: Routed) -> str:
+    """Where the reply went and what it said, shortened, for the run log."""
+    if output.silence or not output.text:
+        return f"{SILENCE} ({output.silence or 'empty'})"
+    targets = [*routed.delivered, *(f"{c} (shadow)" for c in routed.shadow)]
+    targets += [f"{c} (off)" for c in routed.suppressed]
+    return f"{', '.join(targets) or 'nowhere'}: {one_line(output.text, 120)}"
+
+
 def _heartbeat_and_claim(con) -> BusMessage | None:
     lease.heartbeat(con)
     return bus.claim_next(con)
@@ -110,7 +109,7 @@ class Brain:
     def drain(self, max_messages: int | None = None) -> DrainReport:
         """Process every due message. Raises lease.BrainBusy if another process is draining."""
         report = DrainReport()
-        lease.acquire(self.db, holder="drain", timeout_s=self.settings.lease_timeout_s)
+        self.db.run(lease.acquire, "drain", self.settings.lease_timeout_s)
         try:
             self._export()  # what a killed drainer committed
             self._startup_cleanup(report)
@@ -122,7 +121,7 @@ class Brain:
                     report.processed += 1
                     self._process(msg, report)
         finally:
-            lease.release(self.db)
+            self.db.run(lease.release)
         return report
 
     def _startup_cleanup(self, report: DrainReport) -> None:
@@ -142,14 +141,15 @@ class Brain:
             self.log(f"failed {orphaned} orphaned or overdue operation(s)")
 
     def _process(self, msg: BusMessage, report: DrainReport) -> None:
-        mode = self.settings.mode_for(msg.channel)
-        if mode == "off":
-            bus.mark_skipped(self.db, msg.id, f"channel {msg.channel!r} is off")
+        skip = None
+        if self.settings.mode_for(msg.channel) == "off":
+            skip = f"channel {msg.channel!r} is off"
+        elif not self.settings.sender_allowed(msg.channel, msg.sender):
+            skip = f"sender {msg.sender!r} is not allowed on {msg.channel}"
+        if skip is not None:
+            self.db.run(bus.mark_skipped, msg.id, skip)
             report.skipped += 1
-            return
-        if not self.settings.sender_allowed(msg.channel, msg.sender):
-            bus.mark_skipped(self.db, msg.id, f"sender {msg.sender!r} is not allowed on {msg.channel}")
-            report.skipped += 1
+            self._log_message(msg, None, f"skipped: {skip}")
             return
 
         vectors, query_vector = self._embed(msg)  # before the transaction: no connection is held
@@ -160,7 +160,7 @@ class Brain:
             session_id = append_inbound(con, msg)
             if vectors is not None:
                 turn_vectors.record(con, session_id, *vectors)
-            count_cold_dispatch(con)
+            count_cold_dispatch(con, self.settings.paths.memory_bulletin)
             op = note = None
             if msg.channel == ROUTER_CHANNEL:
                 trusted = self.settings.is_owner(msg.channel, msg.sender)
@@ -185,29 +185,38 @@ class Brain:
         try:
             response = self._converse(msg, context, hints, report)
         except LLMError as exc:
-            state = bus.fail_or_retry(
-                self.db, msg, str(exc), self.settings.max_attempts, self.settings.retry_backoff_s
+            state = self.db.run(
+                bus.fail_or_retry, msg, str(exc), self.settings.max_attempts, self.settings.retry_backoff_s
             )
             if state == "failed":
                 report.failed += 1
-                self.log(f"message {msg.id} failed after {msg.attempts} attempt(s): {exc}")
+                self._log_message(msg, context.session_id, f"failed after {msg.attempts} attempt(s): {exc}")
             else:
                 report.retried += 1
-                self.log(f"message {msg.id} will be retried: {exc}")
+                self._log_message(msg, context.session_id, f"will be retried: {exc}")
             return
         output = parse(response.text, reply_channel(msg))
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
         self._export()  # a connector sees the reply at once
         report.completed += 1
+        self._log_message(msg, context.session_id, _reply_summary(output, routed))
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
+
+    def _log_message(self, msg: BusMessage, session_id: int | None, outcome: str) -> None:
+        """One line per processed message for the run log. The texts are untrusted: redacted, on one
+        line, shortened; `msg N` names the inbound turn, so an erasure finds the line even when the
+        text is too short to search for."""
+        turn = f" (msg {session_id})" if session_id is not None else ""
+        sender = one_line(msg.sender or "?", 40)
+        self.log(f"bus #{msg.id}{turn} {msg.channel} {sender}: {one_line(msg.text, 80)} → {outcome}")
 
     def _export(self) -> None:
         """Reply files for connectors; an unwritable outbox folder must not stop the brain (the rows
         stay unexported and the next export writes them)."""
         try:
-            outbox.export_files(self.db, self.settings.paths)
+            self.db.run(outbox.export_files, self.settings.paths)
         except OSError as exc:
             self.log(f"reply files not exported now: {exc}")
 
@@ -303,7 +312,7 @@ class Brain:
                 results = []
                 for call in response.tool_calls:
                     content, is_error = runner.run(call)
-                    self.log(f"tool {call.name} → {'error: ' if is_error else ''}{content[:120]}")
+                    self._log_tool_call(msg, call, content, is_error)
                     results.append(
                         {
                             "type": "tool_result",
@@ -324,6 +333,12 @@ class Brain:
                 raise LLMError("the model returned an empty response")
             return response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _log_tool_call(self, msg: BusMessage, call: ToolCall, content: str, is_error: bool) -> None:
+        """A tool call in full, as one log event: its input and result (credentials redacted)."""
+        given = json.dumps(call.input, ensure_ascii=False, default=str)
+        result = f"error: {content}" if is_error else content
+        self.log(redact_secrets(f"bus #{msg.id} tool {call.name} {given} → {result}"))
 
     def _call(self, request: LLMRequest, bus_id: int, report: DrainReport) -> LLMResponse:
         report.llm_calls += 1
@@ -346,10 +361,4 @@ class Brain:
         bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_channel_read(con, msg.channel)
         bus.mark_completed(con, msg.id)
-        states = con.execute("SELECT channel, layer, unread_count FROM channel_states").fetchall()
-        open_ops = con.execute("SELECT count(*) FROM pending_ops WHERE status = 'pending'").fetchone()[0]
-        con.execute(
-            "INSERT INTO checkpoints (bus_id, created_at, last_session_id, channel_states, open_ops) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [msg.id, utcnow(), reply_id, json.dumps([list(s) for s in states]), open_ops],
-        )
+        record_checkpoint(con, msg.id, reply_id)

@@ -28,13 +28,14 @@ from cortex_pipelines.llm.base import ToolCall, ToolSpec
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import note_use, recall
-from cortex_pipelines.memory.store import CATEGORIES
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.schedules import ScheduleError, ScheduleRequest
 from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import BusMessage
+from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.session import channel_history
 
 # Lengths, ranges and category names are checked by memory/control.py, with the same one-line reason
@@ -399,8 +400,8 @@ class ToolRunner:
         ]
 
     def _spawn(self, args: SpawnInput) -> dict[str, Any]:
-        op_id = ops_store.spawn(
-            self.db,
+        op_id = self.db.run(
+            ops_store.spawn,
             self.message.id,
             args.task,
             args.report_to or self.message.channel,
@@ -415,10 +416,10 @@ class ToolRunner:
         return schedules.describe(job)
 
     def _schedule_list(self, _: ScheduleListInput) -> list[dict[str, Any]]:
-        return [schedules.describe(job) for job in self.db.run(schedules.active)]
+        return [schedules.describe(job) for job in self.db.run(schedule_store.active_schedules)]
 
     def _schedule_delete(self, args: ScheduleDeleteInput) -> dict[str, Any]:
-        return {"id": args.id, "deleted": self.db.run(schedules.delete, args.id, clock.now())}
+        return {"id": args.id, "deleted": self.db.run(schedule_store.delete_schedule, args.id)}
 
     def _inspect(self, _: InspectInput) -> dict[str, Any]:
         overview = self.db.run(system_overview)

@@ -12,8 +12,8 @@ import re
 from datetime import UTC, datetime
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
-from cortex_pipelines.memory.sentences import QUESTION
 from cortex_pipelines.proactive import english
+from cortex_pipelines.text import QUESTION
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)

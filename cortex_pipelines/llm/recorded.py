@@ -16,8 +16,8 @@ def complete_recorded(
     try:
         response = llm.complete(request)
     except LLMError as exc:
-        usage.record(
-            db,
+        db.run(
+            usage.record,
             provider=llm.provider,
             model=llm.model,
             purpose=request.purpose,
@@ -30,8 +30,8 @@ def complete_recorded(
             latency_ms=(time.perf_counter() - started) * 1000,
         )
         raise
-    usage.record(
-        db,
+    db.run(
+        usage.record,
         provider=llm.provider,
         model=response.model,
         purpose=request.purpose,

@@ -16,7 +16,7 @@ from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.fusion import keywords
 from cortex_pipelines.publish.outputs import redact
 from cortex_pipelines.publish.safe import one_line, redact_secrets
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, summaries, utcnow
 
 SNAPSHOT_TURNS = 12
 SUMMARY_SYSTEM = """Summarize what this conversation is about and its current focus in one or two \
@@ -55,31 +55,17 @@ def _snapshot(path: Path, by_channel: dict[str, list[dict]], settings: Settings)
 def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
     report = CompactionReport()
     cutoff = utcnow() - timedelta(minutes=settings.compaction_idle_minutes)
-    idle = [
-        r[0]
-        for r in db.query(
-            "SELECT channel FROM channel_states WHERE layer = 'foreground' AND last_message_at < ? "
-            "ORDER BY channel",
-            [cutoff],
-        )
-    ]
+    idle = db.run(summaries.idle_foreground_channels, cutoff)
     if not idle:
         return report
     by_channel: dict[str, list[dict]] = {}
     previous: dict[str, str | None] = {}
     for channel in idle:
-        row = db.query("SELECT summary, updated_at FROM topic_summaries WHERE topic = ?", [channel])
-        previous[channel] = row[0][0] if row else None
-        since = row[0][1] if row else None
-        turns = db.query_dicts(
-            "SELECT id, role, content, ts FROM session WHERE channel = ? AND content <> '[silence]' "
-            "AND (? IS NULL OR ts > ?) ORDER BY id",
-            [channel, since, since],
-        )
+        previous[channel], turns = db.run(summaries.unsummarized, channel)
         if turns:
             by_channel[channel] = turns
     if by_channel:
-        report.snapshot = settings.paths.out / "hot-snapshot.md"
+        report.snapshot = settings.paths.hot_snapshot
         try:
             _snapshot(report.snapshot, by_channel, settings)
         except OSError:
@@ -92,22 +78,7 @@ def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | Non
         report.compacted.append(channel)
         if summary:
             report.summaries[channel] = summary
-        sources = [t["id"] for t in turns or []]
-
-        def save(con, channel=channel, summary=summary, sources=sources):
-            if summary and sources:
-                con.execute(
-                    "INSERT OR REPLACE INTO topic_summaries (topic, channel, summary, sources, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    [channel, channel, summary, sources, utcnow()],
-                )
-            con.execute(
-                "UPDATE channel_states SET layer = 'background', summary = coalesce(?, summary) "
-                "WHERE channel = ?",
-                [summary, channel],
-            )
-
-        db.run(save)
+        db.run(summaries.demote, channel, summary, [t["id"] for t in turns or []])
     return report
 
 

@@ -5,8 +5,8 @@ LanceDB in step and returns a plain result, or raises ControlError with a one-li
 request behaves the same whichever door it came through.
 
 Facts are named by id (as recall, the floor and the bulletin show them); importance is one scale,
-1 routine, 2 useful, 3 critical, as extraction rates facts; categories come from store.CATEGORIES,
-the first one the primary (the bulletin's section).
+1 routine, 2 useful, 3 critical, as extraction rates facts; categories come from
+storage.facts.CATEGORIES, the first one the primary (the bulletin's section).
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from cortex_pipelines.config import ADMIN_CHANNEL, Settings
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.fusion import stemmed
-from cortex_pipelines.memory.maintenance import active_vectors, similar_pairs
+from cortex_pipelines.memory.maintenance import similar_pairs
 from cortex_pipelines.memory.patterns import classify
 from cortex_pipelines.memory.pipeline import save_fact, sync_facts
-from cortex_pipelines.memory.sentences import is_question
-from cortex_pipelines.memory.store import CATEGORIES, FactDraft
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.storage import Database, facts, session, utcnow
+from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
+from cortex_pipelines.text import is_question
 
 MIN_TEXT, MAX_TEXT = 3, 2000
 MAX_LABEL = 40
@@ -205,11 +204,11 @@ def edit(
     if mode not in ("replace", "append"):
         raise ControlError("mode must be replace or append")
     given = _text(text, "the new text" if mode == "replace" else "the text to append")
-    old = db.run(store.get, fact_id)
+    old = db.run(facts.get, fact_id)
     if old is None or old["status"] != "active":
         raise ControlError(f"no active fact {fact_id}")
     corrected = _text(given if mode == "replace" else f"{old['text'].rstrip()} {given}", "the new text")
-    new_id = db.run(store.edit, fact_id, corrected)
+    new_id = db.run(facts.edit, fact_id, corrected)
     if new_id is None:  # forgotten or merged since it was read
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
@@ -230,7 +229,7 @@ def forget(
 ) -> Forgotten:
     """Stop using a fact, and the turns it came from (soft, audited, undone by unforget)."""
     why = f"{caller.door}: {(reason or '').strip() or 'asked by the owner'}"
-    if not db.run(store.forget, fact_id, why):
+    if not db.run(facts.forget, fact_id, why):
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
     return Forgotten(fact_id, True)
@@ -283,7 +282,7 @@ def _duplicate_groups(
     group), newest first; with categories, only facts in any of them."""
     vectors = vector_store(settings.paths.lance)
     sync_facts(db, vectors, embedder_for(settings), settings)  # every active fact, in its current state
-    rows, matrix = active_vectors(vectors)
+    rows, matrix = vectors.active_fact_vectors()
     known = {f["id"]: f for f in db.run(facts.with_categories, [r["id"] for r in rows])}
     chosen = [
         i
@@ -342,7 +341,7 @@ def dedupe(
         for kept, *others in groups:
             for other in others:
                 if action == "merge":
-                    store.supersede(con, other["id"], kept["id"], reason)
+                    facts.supersede(con, other["id"], kept["id"], reason)
                 else:
                     facts.drop_duplicate(con, other["id"], kept["id"], reason)
             if action == "merge":

@@ -13,28 +13,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
-from cortex_pipelines.memory.sentences import is_question, split_sentences
-from cortex_pipelines.memory.store import CATEGORIES, FactDraft, normalize
+from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
+from cortex_pipelines.text import is_question, normalize, own_text, split_sentences
+from cortex_pipelines.turn import Turn
 
-_FENCE = re.compile(r"```.*?```", re.S)
 SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
 _MIN_CHARS, _MAX_CHARS = 12, 400
 SKIP_CHANNELS = frozenset({"cron", "router"})  # synthetic prompts and delegated results
-
-
-@dataclass(frozen=True)
-class SourceTurn:
-    id: int
-    channel: str
-    text: str
-    ts: object
 
 
 class InjectedText:
@@ -70,12 +61,6 @@ class InjectedText:
         return any(line in norm for line in self._lines if len(line) >= 20)
 
 
-def own_text(text: str) -> str:
-    """The part of a message the user wrote: without fenced code and `>` quoted lines."""
-    text = _FENCE.sub(" ", text)
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(">"))
-
-
 def sentences(text: str) -> list[str]:
     return split_sentences(own_text(text), at_newlines=True)
 
@@ -85,12 +70,12 @@ def clean_fact(sentence: str) -> str:
     return text[:1].upper() + text[1:] if text else text
 
 
-def extract_offline(turns: list[SourceTurn], injected: InjectedText) -> list[FactDraft]:
+def extract_offline(turns: list[Turn], injected: InjectedText) -> list[FactDraft]:
     drafts = []
     for turn in turns:
         if turn.channel in SKIP_CHANNELS:
             continue
-        for sentence in sentences(turn.text):
+        for sentence in sentences(turn.content):
             if not (_MIN_CHARS <= len(sentence) <= _MAX_CHARS) or injected.contains(sentence):
                 continue
             if is_question(sentence):
@@ -127,9 +112,9 @@ Skip greetings, small talk, questions, and anything already in the known memorie
 from quoted text or from text the agent wrote. Return [] when nothing is new."""
 
 
-def extraction_request(turns: list[SourceTurn], known: list[tuple[int, str]]) -> LLMRequest:
+def extraction_request(turns: list[Turn], known: list[tuple[int, str]]) -> LLMRequest:
     memory = "\n".join(f"[F{fact_id}] {text}" for fact_id, text in known) or "(none)"
-    convo = "\n".join(f"[{t.id}] ({t.channel}) {own_text(t.text)}" for t in turns)
+    convo = "\n".join(f"[{t.id}] ({t.channel}) {own_text(t.content)}" for t in turns)
     return LLMRequest(
         system=EXTRACTION_SYSTEM,
         messages=[{"role": "user", "content": f"Known memories:\n{memory}\n\nTurns:\n{convo}"}],
@@ -139,7 +124,7 @@ def extraction_request(turns: list[SourceTurn], known: list[tuple[int, str]]) ->
 
 
 def parse_llm_facts(
-    raw: str, turns: list[SourceTurn], injected: InjectedText, known_ids: frozenset[int] = frozenset()
+    raw: str, turns: list[Turn], injected: InjectedText, known_ids: frozenset[int] = frozenset()
 ) -> list[FactDraft]:
     """Validate the model's JSON; facts without a real source or quoting injected text are dropped,
     and a fact supersedes only known facts it was shown."""
@@ -178,7 +163,7 @@ def parse_llm_facts(
 
 def extract_with_llm(
     complete: Callable[[LLMRequest], LLMResponse],
-    turns: list[SourceTurn],
+    turns: list[Turn],
     known: list[tuple[int, str]],
     injected: InjectedText,
 ):

@@ -3,11 +3,30 @@ gardened and archived after a week. Failed ops stay for audit and are never harv
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.memory.store import FactDraft
-from cortex_pipelines.storage import Database, ops, utcnow
+from cortex_pipelines.memory.embedder import Embedder
+from cortex_pipelines.memory.pipeline import remember
+from cortex_pipelines.memory.vectors import VectorStore
+from cortex_pipelines.storage import Database, gardening, ops, utcnow
+from cortex_pipelines.storage.facts import FactDraft
+
+
+@dataclass
+class HarvestReport:
+    op_ids: list[str]  # the ops gardened by this run
+    new: list[int]  # the facts written from them
+    archived: int
+
+
+def harvest_ops(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> HarvestReport:
+    """Turn completed ops into facts (with the write-time dedupe of extraction), mark them gardened
+    and archive the ones gardened long enough ago."""
+    op_ids, drafts = harvest_drafts(db, settings)
+    new = remember(db, vectors, embedder, settings, drafts).new if drafts else []
+    return HarvestReport(op_ids, new, mark_gardened(db, op_ids, settings.op_archive_days))
 
 
 def harvest_drafts(db: Database, settings: Settings) -> tuple[list[str], list[FactDraft]]:
@@ -43,16 +62,7 @@ def mark_gardened(db: Database, op_ids: list[str], archive_after_days: float) ->
     now = utcnow()
 
     def apply(con):
-        if op_ids:
-            con.execute(
-                "UPDATE pending_ops SET gardened_at = ? WHERE id IN (SELECT unnest(?))", [now, op_ids]
-            )
-        return len(
-            con.execute(
-                "UPDATE pending_ops SET status = 'archived', archived_at = ? "
-                "WHERE status = 'completed' AND gardened_at IS NOT NULL AND gardened_at < ? RETURNING id",
-                [now, now - timedelta(days=archive_after_days)],
-            ).fetchall()
-        )
+        gardening.mark_gardened(con, op_ids, now)
+        return gardening.archive_gardened(con, now, now - timedelta(days=archive_after_days))
 
     return db.run(apply)

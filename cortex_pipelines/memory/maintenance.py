@@ -10,8 +10,9 @@ from datetime import timedelta
 import numpy as np
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.memory import store
-from cortex_pipelines.memory.vectors import SEMANTIC, VectorStore
+from cortex_pipelines.memory.embedder import Embedder
+from cortex_pipelines.memory.pipeline import sync_facts
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
 from cortex_pipelines.storage import Database, facts, utcnow
 
 
@@ -21,30 +22,30 @@ class MaintenanceReport:
     pruned: list[int] = field(default_factory=list)
     merged: list[tuple[int, int]] = field(default_factory=list)  # (absorbed, survivor)
     consolidated: list[tuple[int, int]] = field(default_factory=list)
+    resynced: int = 0  # facts whose LanceDB row was missing or stale
+
+
+def maintain(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> MaintenanceReport:
+    """The daily upkeep: decay and prune, merge and consolidate, resync LanceDB, then compact both
+    tables and save recall's snapshot of their new versions (so no query has to build it)."""
+    report = MaintenanceReport()
+    decay_and_prune(db, settings, report)
+    merge_and_consolidate(db, vectors, settings, report)
+    report.resynced = sync_facts(db, vectors, embedder, settings)
+    for table in (EPISODIC, SEMANTIC):
+        vectors.optimize(table)
+        vectors.snapshot(table)
+    return report
 
 
 def evict_to_cold(db: Database, vectors: VectorStore, settings: Settings) -> list[int]:
     """Hot facts older than cold_after_days with fewer than cold_min_hits hits go cold."""
-    cutoff = utcnow() - timedelta(days=settings.cold_after_days)
-
-    def evict(con):
-        ids = [
-            r[0]
-            for r in con.execute(
-                "SELECT id FROM facts WHERE status = 'active' AND tier = 'hot' AND created_at < ? "
-                "AND hit_count < ? AND category <> 'identity' ORDER BY id",
-                [cutoff, settings.cold_min_hits],
-            ).fetchall()
-        ]
-        store.set_tier(
-            con,
-            ids,
-            "cold",
-            reason=f"older than {settings.cold_after_days:g} days, fewer than {settings.cold_min_hits} hits",
-        )
-        return ids
-
-    ids = db.run(evict)
+    ids = db.run(
+        facts.evict_stale_hot,
+        utcnow() - timedelta(days=settings.cold_after_days),
+        settings.cold_min_hits,
+        f"older than {settings.cold_after_days:g} days, fewer than {settings.cold_min_hits} hits",
+    )
     vectors.update(SEMANTIC, ids, {"tier": "cold"})
     return ids
 
@@ -55,43 +56,11 @@ def decay_and_prune(db: Database, settings: Settings, report: MaintenanceReport)
     old_enough = now - timedelta(days=settings.prune_min_age_days)
 
     def apply(con):
-        report.decayed = len(
-            con.execute(
-                "UPDATE facts SET decay = greatest(decay * ?, ?) "
-                "WHERE status = 'active' AND category <> 'identity' "
-                "AND coalesce(last_accessed_at, created_at) < ? RETURNING id",
-                [settings.decay_factor, settings.decay_floor, idle_since],
-            ).fetchall()
-        )
-        doomed = [
-            r[0]
-            for r in con.execute(
-                "SELECT id FROM facts WHERE status = 'active' AND category <> 'identity' "
-                "AND decay < ? AND created_at < ? ORDER BY id",
-                [settings.prune_threshold, old_enough],
-            ).fetchall()
-        ]
-        for fact_id in doomed:
-            facts.prune(con, fact_id, reason="decayed below threshold")
-        report.pruned = doomed
+        decayed = facts.decay_idle(con, idle_since, settings.decay_factor, settings.decay_floor)
+        pruned = facts.prune_decayed(con, settings.prune_threshold, old_enough, "decayed below threshold")
+        return decayed, pruned
 
-    db.run(apply)
-
-
-def active_vectors(vectors: VectorStore) -> tuple[list[dict], np.ndarray]:
-    if not vectors.exists(SEMANTIC):
-        return [], np.zeros((0, 0), dtype=np.float32)
-    table = (
-        vectors.table(SEMANTIC)
-        .search()
-        .where("status = 'active'")
-        .select(["id", "vector", "channel", "category"])
-        .limit(None)
-        .to_arrow()
-    )
-    rows = table.select(["id", "channel", "category"]).to_pylist()
-    matrix = np.array(table.column("vector").to_pylist(), dtype=np.float32).reshape(len(rows), -1)
-    return rows, matrix
+    report.decayed, report.pruned = db.run(apply)
 
 
 def similar_pairs(matrix: np.ndarray, threshold: float) -> list[tuple[int, int, float]]:
@@ -110,15 +79,15 @@ def merge_and_consolidate(
 ) -> None:
     """Near-duplicates (cosine ≥ merge_cosine) merge; the same fact from different channels
     (cosine ≥ consolidate_cosine, same category) is consolidated into the most important one."""
-    rows, matrix = active_vectors(vectors)
+    rows, matrix = vectors.active_fact_vectors()
     if len(rows) < 2:
         return
     ids = [r["id"] for r in rows]
-    facts = {f["id"]: f for f in db.run(store.active)}
+    known = {f["id"]: f for f in db.run(facts.active)}
     gone: set[int] = set()
     threshold = min(settings.merge_cosine, settings.consolidate_cosine)
     for a, b, cosine in similar_pairs(matrix, threshold):
-        fa, fb = facts.get(ids[a]), facts.get(ids[b])
+        fa, fb = known.get(ids[a]), known.get(ids[b])
         if fa is None or fb is None or fa["id"] in gone or fb["id"] in gone:
             continue
         if cosine >= settings.merge_cosine:
@@ -128,7 +97,7 @@ def merge_and_consolidate(
         else:
             continue
         survivor, absorbed = sorted((fa, fb), key=lambda f: (-f["importance"], -f["hit_count"], f["id"]))
-        db.run(store.supersede, absorbed["id"], survivor["id"], f"{kind} (cosine {cosine:.3f})")
+        db.run(facts.supersede, absorbed["id"], survivor["id"], f"{kind} (cosine {cosine:.3f})")
         gone.add(absorbed["id"])
         pair = (absorbed["id"], survivor["id"])
         (report.merged if kind.startswith("merged") else report.consolidated).append(pair)

@@ -21,12 +21,12 @@ from zoneinfo import ZoneInfo
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest
 from cortex_pipelines.llm.recorded import complete_recorded
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.pipeline import remember
-from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.memory.vectors import VectorStore
-from cortex_pipelines.storage import Database, session, utcnow
+from cortex_pipelines.storage import Database, cursors, session, utcnow
+from cortex_pipelines.storage.facts import FactDraft
+from cortex_pipelines.turn import Turn
 
 WINDOW = timedelta(days=7)
 INPUT_CURSOR = "observations_input"
@@ -54,14 +54,6 @@ _NOT_NAMES = frozenset(
 
 
 @dataclass(frozen=True)
-class Turn:
-    id: int
-    channel: str
-    text: str
-    ts: object  # naive UTC datetime
-
-
-@dataclass(frozen=True)
 class Observation:
     text: str
     importance: int  # 1-3, as every fact
@@ -73,7 +65,7 @@ class Observation:
 def recent_user_turns(db: Database, settings: Settings) -> list[Turn]:
     """The owner's turns of the last active week: other senders' habits are not the user's."""
     rows = db.run(session.inbound_last_week, ["cron", "router", "admin"])
-    return [Turn(i, ch, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)]
+    return [Turn(i, "user", ch, who, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)]
 
 
 def _names(text: str) -> set[str]:
@@ -82,18 +74,18 @@ def _names(text: str) -> set[str]:
 
 def _topics(turns: list[Turn]) -> list[Observation]:
     """Names (capitalized somewhere mid-sentence, so not just a sentence start) by day."""
-    proper = {n for t in turns for n in _names(t.text)}
+    proper = {n for t in turns for n in _names(t.content)}
     days: dict[str, set] = defaultdict(set)
     ids: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:
-        for name in (n for n in proper if re.search(rf"\b{re.escape(n)}\b", t.text)):
+        for name in (n for n in proper if re.search(rf"\b{re.escape(n)}\b", t.content)):
             days[name].add(t.ts.date())
             ids[name].append(t)
     out = []
     for name, seen in sorted(days.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if len(seen) >= MIN_TOPIC_DAYS:
             hits = ids[name]
-            questions = sum("?" in t.text for t in hits)
+            questions = sum("?" in t.content for t in hits)
             out.append(
                 Observation(
                     f"The user keeps coming back to {name}: it comes up on several days a week.",
@@ -109,10 +101,10 @@ def _topics(turns: list[Turn]) -> list[Observation]:
 def _places_and_zones(turns: list[Turn]) -> list[Observation]:
     zones: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:
-        for match in _TIMEZONE.finditer(t.text):
+        for match in _TIMEZONE.finditer(t.content):
             zones[next(g for g in match.groups() if g)].append(t)
-    places = {p for t in turns for p in _PLACE.findall(t.text) if p.split()[0] not in _NOT_NAMES}
-    mentions = {p: [t for t in turns if re.search(rf"\b{re.escape(p)}\b", t.text)] for p in places}
+    places = {p for t in turns for p in _PLACE.findall(t.content) if p.split()[0] not in _NOT_NAMES}
+    mentions = {p: [t for t in turns if re.search(rf"\b{re.escape(p)}\b", t.content)] for p in places}
     kinds = [
         (zones, "The user's timezone is probably {}: they mention it on more than one channel.", 3),
         (mentions, "{} matters to the user: it comes up on more than one channel.", 2),
@@ -219,7 +211,7 @@ def observe(
     """Detect, and when the evidence changed since the last run, (reword and) remember."""
     found = detect(recent_user_turns(db, settings), settings)
     key = input_key(found)
-    if not found or key == db.run(store.get_cursor, INPUT_CURSOR):
+    if not found or key == db.run(cursors.read, INPUT_CURSOR):
         return ObservationReport(found, False, [], [], 0)
     calls = 0
     if llm is not None:
@@ -235,5 +227,5 @@ def observe(
             for o in found
         ],
     )
-    db.run(store.set_cursor, INPUT_CURSOR, key)
+    db.run(cursors.write, INPUT_CURSOR, key)
     return ObservationReport(found, True, written.new, written.reinforced, calls)

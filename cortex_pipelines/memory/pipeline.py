@@ -12,18 +12,17 @@ import numpy as np
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import LLMClient
 from cortex_pipelines.llm.recorded import complete_recorded
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.extract import (
     InjectedText,
-    SourceTurn,
     extract_offline,
     extract_with_llm,
 )
-from cortex_pipelines.memory.sentences import split_sentences
-from cortex_pipelines.memory.store import FactDraft, norm_hash
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
-from cortex_pipelines.storage import Database, session, turn_vectors, updates, utcnow
+from cortex_pipelines.storage import Database, cursors, facts, session, turn_vectors, updates, utcnow
+from cortex_pipelines.storage.facts import FactDraft, norm_hash
+from cortex_pipelines.text import split_sentences
+from cortex_pipelines.turn import Turn
 
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
@@ -100,10 +99,10 @@ def index_episodes(
     total = 0
     if vectors.outdated(EPISODIC):
         vectors.drop(EPISODIC)
-        db.run(store.set_cursor, EPISODIC_CURSOR, 0)
+        db.run(cursors.write, EPISODIC_CURSOR, 0)
         log("the episodic table predates its current columns: re-indexing every session message")
     while True:
-        cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
+        cursor = db.run(cursors.read, EPISODIC_CURSOR)
         rows = db.run(session.episodes_after, cursor, batch)
         if not rows:
             break
@@ -142,10 +141,25 @@ def index_episodes(
             ],
         )
         # Silence rows between the batch's ids are skipped by the WHERE; the cursor covers them.
-        db.run(store.set_cursor, EPISODIC_CURSOR, rows[-1][0])
+        db.run(cursors.write, EPISODIC_CURSOR, rows[-1][0])
         total += len(rows)
         log(f"indexed {total} session message(s) into LanceDB (up to id {rows[-1][0]})")
     return total
+
+
+def index_episodes_for_recall(
+    db: Database,
+    vectors: VectorStore,
+    embedder: Embedder,
+    settings: Settings,
+    log: Log = lambda _: None,
+) -> int:
+    """`index_episodes`, then build and save recall's snapshot of the table's new version, so the
+    next query loads it rather than builds it."""
+    added = index_episodes(db, vectors, embedder, settings, log=log)
+    if added:
+        vectors.snapshot(EPISODIC)
+    return added
 
 
 def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
@@ -167,7 +181,7 @@ def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
 def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> int:
     """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move). A row
     whose text is unchanged keeps its vector, so a forget or a re-rating loads no model."""
-    stale = db.run(store.unindexed)
+    stale = db.run(facts.unindexed)
     if not stale:
         return 0
     started = utcnow()
@@ -176,7 +190,7 @@ def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings:
     vecs = {fact_id: vec for fact_id, (_, vec) in stored.items()}
     vecs.update(zip([f["id"] for f in fresh], embedder.encode([f["text"] for f in fresh]), strict=True))
     vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[f["id"]]) for f in stale])
-    db.run(store.mark_indexed, [f["id"] for f in stale], started)
+    db.run(facts.mark_indexed, [f["id"] for f in stale], started)
     vectors.ensure_vector_index(SEMANTIC, settings.vector_index_min_rows)
     return len(stale)
 
@@ -189,7 +203,7 @@ def remember(
     if not drafts:
         return report
     sync_facts(db, vectors, embedder, settings)  # dedupe must see every active fact
-    by_hash = db.run(store.active_by_hash, [norm_hash(d.text) for d in drafts])
+    by_hash = db.run(facts.active_by_hash, [norm_hash(d.text) for d in drafts])
     vecs = embedder.encode([d.text for d in drafts])
     reinforcements: list[tuple[int, FactDraft]] = []
     groups: list[tuple[str, np.ndarray, list[FactDraft]]] = []  # new facts, with their restatements
@@ -213,12 +227,12 @@ def remember(
 
     def write(con):
         for fact_id, draft in reinforcements:
-            store.reinforce(con, fact_id, draft.sources, draft.channels, draft.importance)
+            facts.reinforce(con, fact_id, draft.sources, draft.channels, draft.importance)
             report.reinforced.append(fact_id)
         for _, _, (first, *rest) in groups:
-            fact_id = store.insert(con, first)
+            fact_id = facts.insert(con, first)
             for extra in rest:
-                store.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
+                facts.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
             report.new.append(fact_id)
         for draft in drafts:  # the extraction model named facts this one makes no longer true
             for old_turn in updates.sources_of(con, list(draft.supersedes)):
@@ -245,14 +259,16 @@ def extract_new_facts(
 ) -> WriteReport:
     """Read the owner's turns after the cursor, extract, remember, advance. No new turns: no LLM
     call. Other senders' turns stay in the session as theirs: what they say is never a user fact."""
-    cursor = db.run(store.get_cursor, EXTRACTION_CURSOR)
+    cursor = db.run(cursors.read, EXTRACTION_CURSOR)
     latest = db.run(session.latest_id)  # read first: a turn recorded meanwhile is read now or next time
     rows = db.run(session.inbound_after, cursor)
     upto = max(latest, rows[-1][0] if rows else 0)
-    turns = [SourceTurn(i, ch, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)]
+    turns = [
+        Turn(i, "user", ch, who, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)
+    ]
     if not turns:
         if upto > cursor:
-            db.run(store.set_cursor, EXTRACTION_CURSOR, upto)
+            db.run(cursors.write, EXTRACTION_CURSOR, upto)
         return WriteReport()
     injected = InjectedText.from_outputs(settings.paths.out, extra=db.run(session.replies_after, cursor))
     report = WriteReport(turns_read=len(turns))
@@ -262,7 +278,7 @@ def extract_new_facts(
         drafts = []
         for start in range(0, len(turns), 40):
             chunk = turns[start : start + 40]
-            known = [(f["id"], f["text"]) for f in db.run(store.hot_for_floor, 50)]
+            known = [(f["id"], f["text"]) for f in db.run(facts.hot_for_floor, 50)]
             complete = partial(complete_recorded, db, llm, asset="extracted_facts")
             found, response = extract_with_llm(complete, chunk, known, injected)
             if response is not None:
@@ -273,7 +289,7 @@ def extract_new_facts(
     written = remember(db, vectors, embedder, settings, drafts)
     report.new, report.reinforced = written.new, written.reinforced
     report.outdated = db.run(updates.close_outdated_facts)  # facts from statements the user updated
-    db.run(store.set_cursor, EXTRACTION_CURSOR, upto)
+    db.run(cursors.write, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
 
@@ -285,12 +301,12 @@ def rebuild(
     DuckDB is the source of truth, so LanceDB can always be rebuilt from it."""
     for name in (EPISODIC, SEMANTIC):
         vectors.drop(name)
-    db.run(store.set_cursor, EPISODIC_CURSOR, 0)
-    db.run(lambda con: con.execute("UPDATE facts SET indexed_at = NULL"))
+    db.run(cursors.write, EPISODIC_CURSOR, 0)
+    db.run(facts.mark_all_unindexed)
     log("dropped the LanceDB tables; re-embedding session messages")
     episodes = index_episodes(db, vectors, embedder, settings, log=log)
-    facts = sync_facts(db, vectors, embedder, settings)
-    log(f"re-embedded {facts} fact(s)")
+    synced = sync_facts(db, vectors, embedder, settings)
+    log(f"re-embedded {synced} fact(s)")
     for name in (EPISODIC, SEMANTIC):
         vectors.optimize(name)
-    return {"episodes": episodes, "facts": facts}
+    return {"episodes": episodes, "facts": synced}

@@ -19,7 +19,7 @@ from datetime import datetime
 import numpy as np
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.memory import store, tail
+from cortex_pipelines.memory import tail
 from cortex_pipelines.memory.dates import named_times, said_then
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.fusion import (
@@ -34,13 +34,13 @@ from cortex_pipelines.memory.fusion import (
 )
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
-from cortex_pipelines.memory.sentences import QUESTION, is_question, split_sentences
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.updates import Successor, newest_successors
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
+from cortex_pipelines.text import QUESTION, is_question, split_sentences
 
 log = logging.getLogger(__name__)
 _unreadable_warned: set[str] = set()
@@ -119,18 +119,6 @@ def _snapshot(vectors: VectorStore, name: str) -> Snapshot | None:
         return None
 
 
-def _fact_meta(con, ids: list[int]) -> dict[int, dict]:
-    if not ids:
-        return {}
-    cur = con.execute(
-        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts "
-        "WHERE id IN (SELECT unnest(?))",
-        [ids],
-    )
-    names = [d[0] for d in cur.description]
-    return {row[0]: dict(zip(names, row, strict=True)) for row in cur.fetchall()}
-
-
 def recall_query(text: str) -> str:
     """What to search memory for when a message arrives: the sentences that ask something, when it
     also states things ("I'm off to Berlin next week. What seat should you book?" asks about
@@ -191,7 +179,7 @@ def recall(
 
     def read(con):  # one short DuckDB transaction for everything recall needs from it
         return (
-            _fact_meta(con, list(facts)),
+            fact_store.recall_signals(con, list(facts)),
             turn_vectors.unindexed_user_turns(
                 con,
                 EPISODIC_CURSOR,
@@ -199,7 +187,7 @@ def recall(
                 embedder_id(embedder),
                 everything=readable_episodes is None,
             ),
-            store.active(con, "hot") if readable_facts is None else [],
+            fact_store.active(con, "hot") if readable_facts is None else [],
             updates.links(con),
             set(fact_store.forgotten_sources(con)),
         )
@@ -338,8 +326,8 @@ def note_use(db: Database, settings: Settings, hits: list[Hit]) -> None:
         return
 
     def apply(con):
-        store.touch(con, hot + cold)
-        store.set_tier(con, cold, "hot", reason="recalled")
+        fact_store.touch(con, hot + cold)
+        fact_store.set_tier(con, cold, "hot", reason="recalled")
 
     db.run(apply)
     if cold:

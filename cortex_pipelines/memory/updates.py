@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cortex_pipelines.memory.sentences import is_question, split_sentences
+from cortex_pipelines.text import is_question, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
 # nothing: the earlier statement must also be what recall finds for this one, and close in meaning.

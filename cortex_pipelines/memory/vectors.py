@@ -169,6 +169,17 @@ class VectorStore:
         rows = query.limit(None).to_list()
         return {r["id"]: (r["text"], np.asarray(r["vector"], dtype=np.float32)) for r in rows}
 
+    def active_fact_vectors(self) -> tuple[list[dict], np.ndarray]:
+        """Every active fact's id, channel and category, and its vector as the same row of one
+        matrix: what maintenance and dedupe compare pairwise."""
+        if not self.exists(SEMANTIC):
+            return [], np.zeros((0, 0), dtype=np.float32)
+        query = self.table(SEMANTIC).search().where("status = 'active'")
+        table = query.select(["id", "vector", "channel", "category"]).limit(None).to_arrow()
+        rows = table.select(["id", "channel", "category"]).to_pylist()
+        matrix = np.array(table.column("vector").to_pylist(), dtype=np.float32).reshape(len(rows), -1)
+        return rows, matrix
+
     def vector_search(self, name: str, vector, k: int, where: str | None = None) -> list[dict]:
         if not self.exists(name):
             return []

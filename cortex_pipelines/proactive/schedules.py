@@ -19,9 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.ingest.envelope import validate
+from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import enqueue_rows
-from cortex_pipelines.storage.db import utcnow
-from cortex_pipelines.storage.rows import dict_rows
 
 SENDER = "scheduler"
 CHANNEL = "cron"
@@ -111,67 +110,26 @@ def create(
             raise ScheduleError(f"{request.at} is in the past")
         run_at = _naive_utc(first)
     job_id = "sch-" + uuid.uuid4().hex[:8]
-    con.execute(
-        "INSERT INTO schedules (id, description, cron, run_at, timezone, action, target_channel, topic, "
-        "created_at, created_by, next_fire_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            job_id,
-            request.description,
-            request.cron,
-            run_at,
-            tz,
-            request.action,
-            target,
-            request.topic,
-            _naive_utc(now),
-            created_by,
-            _naive_utc(first),
-        ],
+    schedule_store.insert_schedule(
+        con,
+        job_id,
+        description=request.description,
+        cron=request.cron,
+        run_at=run_at,
+        timezone=tz,
+        action=request.action,
+        target_channel=target,
+        topic=request.topic,
+        created_at=_naive_utc(now),
+        created_by=created_by,
+        next_fire_at=_naive_utc(first),
     )
-    return get(con, job_id)
-
-
-_COLUMNS = (
-    "id, description, cron, run_at, timezone, action, target_channel, topic, created_at, next_fire_at, "
-    "last_fired_at, fired_count, late_count, state"
-)
-
-
-def get(con, job_id: str) -> dict | None:
-    rows = dict_rows(con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", [job_id]))
-    return rows[0] if rows else None
-
-
-def active(con) -> list[dict]:
-    return dict_rows(
-        con.execute(f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' ORDER BY next_fire_at, id")
-    )
-
-
-def delete(con, job_id: str, now: datetime) -> bool:
-    row = con.execute(
-        "UPDATE schedules SET state = 'deleted', ended_at = ?, next_fire_at = NULL "
-        "WHERE id = ? AND state = 'active' RETURNING id",
-        [_naive_utc(now), job_id],
-    ).fetchone()
-    return row is not None
-
-
-def drop_created_by(con, bus_ids: list[int]) -> list[str]:
-    """Schedules created by turns that never committed: their retry will create them again."""
-    if not bus_ids:
-        return []
-    rows = con.execute(
-        "UPDATE schedules SET state = 'deleted', ended_at = ?, next_fire_at = NULL "
-        "WHERE state = 'active' AND created_by IN (SELECT unnest(?)) RETURNING id",
-        [utcnow(), bus_ids],
-    ).fetchall()
-    return [r[0] for r in rows]
+    return schedule_store.schedule_by_id(con, job_id)
 
 
 def summary(con) -> dict:
     """The `schedules` section of `cortex status --json`."""
-    jobs = active(con)
+    jobs = schedule_store.active_schedules(con)
     upcoming = next((describe(j)["next_fire"] for j in jobs if j["next_fire_at"]), None)
     return {"active": len(jobs), "next_fire": upcoming}
 
@@ -214,13 +172,7 @@ def _firing_text(job: dict, due_local: datetime, late: bool, missed: int) -> str
 def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
     """Turn every due firing into a bus message and advance its job, in the caller's transaction."""
     grace = timedelta(seconds=settings.schedule_grace_s)
-    jobs = dict_rows(
-        con.execute(
-            f"SELECT {_COLUMNS} FROM schedules WHERE state = 'active' AND next_fire_at <= ? "
-            "ORDER BY next_fire_at, id",
-            [_naive_utc(now)],
-        )
-    )
+    jobs = schedule_store.due_schedules(con, _naive_utc(now))
     firings = []
     for job in jobs:
         due = _aware(job["next_fire_at"])
@@ -253,17 +205,8 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
         }
         row = validate(envelope, settings, now, folder_channel=None)
         inserted = enqueue_rows(con, [row], source=f"schedule:{job['id']}").inserted
-        con.execute(
-            "UPDATE schedules SET next_fire_at = ?, last_fired_at = ?, fired_count = fired_count + 1, "
-            "late_count = late_count + ?, state = ?, ended_at = ? WHERE id = ?",
-            [
-                _naive_utc(following) if following else None,
-                _naive_utc(now),
-                int(late),
-                "active" if following else "done",
-                None if following else _naive_utc(now),
-                job["id"],
-            ],
+        schedule_store.record_firing(
+            con, job["id"], _naive_utc(now), late, _naive_utc(following) if following else None
         )
         firings.append(Firing(job["id"], due, late, missed, inserted[0] if inserted else None))
     return firings

@@ -15,9 +15,8 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.storage import bus, lease, utcnow
 from cortex_pipelines.storage import ops as ops_store
-from cortex_pipelines.storage.rows import dict_rows
-
-CHECKED_CURSOR = "supervision_checked_at"
+from cortex_pipelines.storage import schedules as schedule_store
+from cortex_pipelines.storage import supervision as findings_store
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def recover_interrupted_work(con, settings: Settings, started_before=None) -> Re
         requeued,
         failed,
         ops_store.fail_orphans(con, interrupted),
-        schedules.drop_created_by(con, interrupted),
+        schedule_store.delete_schedules_created_by(con, interrupted),
     )
 
 
@@ -71,10 +70,7 @@ def supervise(
         Finding("overdue_op", op_id, "failed", "no result before its deadline; shown as [FAILED] once")
         for op_id in ops_store.fail_overdue(con)
     ]
-    seen = {
-        r[0]
-        for r in con.execute("SELECT subject FROM supervision_findings WHERE kind = 'hung_run'").fetchall()
-    }
+    seen = findings_store.recorded_hung_runs(con)
     findings += [
         Finding(
             "hung_run",
@@ -86,31 +82,18 @@ def supervise(
         if run["run_id"] not in seen
     ]
     for f in findings:
-        con.execute(
-            "INSERT INTO supervision_findings (found_at, kind, subject, action, detail) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [now, f.kind, f.subject, f.action, f.detail],
-        )
-    con.execute(
-        "INSERT OR REPLACE INTO cursors (name, value, updated_at) VALUES (?, ?, ?)",
-        [CHECKED_CURSOR, int(now.timestamp()), now],
-    )
+        findings_store.record_finding(con, now, f.kind, f.subject, f.action, f.detail)
+    findings_store.mark_checked(con, now)
     return findings
 
 
 def status(con, recent: int = 10) -> dict:
     """The `supervision` section of `cortex status --json`."""
-    checked = con.execute("SELECT updated_at FROM cursors WHERE name = ?", [CHECKED_CURSOR]).fetchone()
-    totals = dict(con.execute("SELECT kind, count(*) FROM supervision_findings GROUP BY kind").fetchall())
-    rows = dict_rows(
-        con.execute(
-            "SELECT found_at, kind, subject, action, detail FROM supervision_findings "
-            "ORDER BY id DESC LIMIT ?",
-            [recent],
-        )
-    )
+    checked = findings_store.last_checked(con)
+    totals = findings_store.finding_counts(con)
+    rows = findings_store.latest_findings(con, recent)
     return {
-        "last_check_at": checked[0].isoformat(timespec="seconds") + "Z" if checked else None,
+        "last_check_at": checked.isoformat(timespec="seconds") + "Z" if checked else None,
         "findings": {kind: int(totals.get(kind, 0)) for kind in ("stuck_message", "overdue_op", "hung_run")},
         "recent": [{**r, "found_at": r["found_at"].isoformat(timespec="seconds") + "Z"} for r in rows],
     }
@@ -118,21 +101,10 @@ def status(con, recent: int = 10) -> dict:
 
 def system_overview(con) -> dict:
     """What the admin chat's `system_inspect` shows: queue, failures, delegated work, schedules."""
-    counts = dict(con.execute("SELECT state, count(*) FROM bus GROUP BY state").fetchall())
     return {
-        "bus": {state: int(counts.get(state, 0)) for state in bus.BUS_STATES},
-        "failed_messages": dict_rows(
-            con.execute(
-                "SELECT id, channel, left(text, 120) AS text, error, attempts FROM bus "
-                "WHERE state = 'failed' ORDER BY id DESC LIMIT 5"
-            )
-        ),
-        "pending_ops": dict_rows(
-            con.execute(
-                "SELECT id, description, dispatched_at, deadline_at, expected_channel FROM pending_ops "
-                "WHERE status = 'pending' ORDER BY dispatched_at"
-            )
-        ),
-        "schedules": [schedules.describe(job) for job in schedules.active(con)],
+        "bus": bus.counts(con),
+        "failed_messages": bus.latest_failures(con, 5),
+        "pending_ops": ops_store.pending(con),
+        "schedules": [schedules.describe(job) for job in schedule_store.active_schedules(con)],
         "supervision": status(con, recent=5),
     }

@@ -14,14 +14,22 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.memory import store as memory_store
-from cortex_pipelines.publish import narrative
+from cortex_pipelines.publish.mood import detect_mood
 from cortex_pipelines.publish.narrative import PRIORITY_MARK, PRIORITY_ORDER
-from cortex_pipelines.publish.outputs import FILES, state
+from cortex_pipelines.publish.outputs import Published, publish
 from cortex_pipelines.publish.safe import one_line
-from cortex_pipelines.publish.tracking import detect_mood
 from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage.decisions import newest_decisions
+from cortex_pipelines.storage.facts import tier_counts
+from cortex_pipelines.storage.published import (
+    BULLETIN,
+    count_turns,
+    latest_user_activity,
+    published_row,
+    recent_user_texts,
+)
 from cortex_pipelines.storage.session import pins
+from cortex_pipelines.storage.threads import threads_to_publish
 
 TRUNCATED = "\n[…truncated]"
 BUDGETS = {
@@ -37,6 +45,7 @@ BUDGETS = {
 FIELD_CHARS = 1000  # one summary, decision or pin: never more than the section it sits in
 SNAPSHOT_FRESH = timedelta(hours=1)
 NARRATIVE_FRESH = timedelta(hours=36)
+MOOD_TURNS = 5  # the mood is read from the last few inbound turns
 MODES = [
     (5, "Night — emergencies only"),
     (12, "Morning — brief, directive, efficient"),
@@ -64,36 +73,40 @@ class BootInputs:
 
 def inputs(db: Database, settings: Settings) -> BootInputs:
     """What BOOTSTRAP.md is built from, as of now: the boot_context asset and an erasure rebuild it."""
-    now = utcnow()
-    out = settings.paths.out
-    snapshot_path, narrative_path = out / "hot-snapshot.md", out / FILES["narrative"]
-    narrative_row = state(db, "narrative")
-    bulletin_row = state(db, "memory_bulletin")
-    recent = db.query("SELECT content FROM session WHERE role = 'user' ORDER BY id DESC LIMIT 5")
+    return db.run(_read, settings, utcnow())
+
+
+def _read(con, settings: Settings, now: datetime) -> BootInputs:
+    paths = settings.paths
+    narrative_row = published_row(con, "narrative")
+    bulletin_row = published_row(con, BULLETIN)
     return BootInputs(
         now=now,
         timezone=settings.timezone,
-        last_activity=narrative.latest_activity(db),
-        mood=detect_mood(" ".join(r[0] for r in reversed(recent))),
+        last_activity=latest_user_activity(con),
+        mood=detect_mood(" ".join(recent_user_texts(con, MOOD_TURNS))),
         warmup=bulletin_row["state"] if bulletin_row else "cold",
-        snapshot=snapshot_path.read_text() if snapshot_path.is_file() else None,
-        snapshot_at=_mtime(snapshot_path),
-        narrative=narrative_path.read_text() if narrative_path.is_file() else None,
+        snapshot=paths.hot_snapshot.read_text() if paths.hot_snapshot.is_file() else None,
+        snapshot_at=_mtime(paths.hot_snapshot),
+        narrative=paths.narrative.read_text() if paths.narrative.is_file() else None,
         narrative_at=narrative_row["generated_at"] if narrative_row else None,
-        threads=db.query_dicts(
-            "SELECT title, status, priority, summary, waiting_for, mood, last_activity, sources FROM threads"
+        threads=threads_to_publish(con),
+        decisions=newest_decisions(
+            con, now - timedelta(days=settings.decision_recency_days), settings.boot_decisions
         ),
-        decisions=db.query_dicts(
-            "SELECT what, impact, decided_at, source FROM decisions WHERE decided_at >= ? "
-            "ORDER BY decided_at DESC, id LIMIT ?",
-            [now - timedelta(days=settings.decision_recency_days), settings.boot_decisions],
-        ),
-        pins=db.run(pins),
-        counts={
-            "hot facts": db.run(memory_store.tier_counts)["hot"],
-            "messages": db.query("SELECT count(*) FROM session")[0][0],
-        },
+        pins=pins(con),
+        counts={"hot facts": tier_counts(con)["hot"], "messages": count_turns(con)},
     )
+
+
+def write_boot_context(db: Database, settings: Settings) -> Published:
+    """Rewrite BOOTSTRAP.md if what it says changed."""
+    data = inputs(db, settings)
+    result = publish(
+        db, settings, "boot_context", lambda: render(data, settings.boot_max_chars, settings.boot_threads)
+    )
+    result.details = {"budget": settings.boot_max_chars}
+    return result
 
 
 def _mtime(path: Path) -> datetime | None:

@@ -10,11 +10,17 @@ the last bulletin and within the daily token budget; a failure keeps the previou
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.llm.base import LLMRequest, LLMResponse, estimate_tokens
+from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, estimate_tokens
+from cortex_pipelines.llm.recorded import complete_recorded
+from cortex_pipelines.publish.outputs import Published, digest, publish
 from cortex_pipelines.publish.safe import document, one_line
-from cortex_pipelines.storage import Database, usage
+from cortex_pipelines.storage import Database, usage, utcnow
+from cortex_pipelines.storage.published import BULLETIN, bulletin_facts, published_row, set_published_state
 
 SECTIONS = [
     ("Identity", ("identity",), 6),
@@ -29,16 +35,6 @@ brief memory bulletin of at most {words} words with the sections Identity, Recen
 goals, Decisions and Preferences. Focus on high-importance memories, recent activity, ongoing goals \
 and core identity facts. Use only what the memory says; never add facts. Start with \
 "# Memory Bulletin"."""
-
-
-def memory_rows(db: Database) -> list[dict]:
-    """Active facts still true (not since updated by the user) in bulletin order. Hit counts are
-    left out on purpose: they change on every recall and would rewrite the file (and cool a prompt
-    cache) without new knowledge."""
-    return db.query_dicts(
-        "SELECT id, text, category, importance, sources, stated_at FROM facts WHERE status = 'active' "
-        "AND valid_to IS NULL ORDER BY importance DESC, stated_at DESC, id DESC"
-    )
 
 
 def _line(fact: dict) -> str:
@@ -92,4 +88,63 @@ def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settin
 
 def within_budget(db: Database, settings: Settings, typed: str) -> bool:
     expected = estimate_tokens(typed) + settings.bulletin_words * 2
-    return usage.tokens_today(db, "bulletin") + expected <= settings.bulletin_daily_token_budget
+    return db.run(usage.tokens_today, "bulletin") + expected <= settings.bulletin_daily_token_budget
+
+
+def refresh(
+    db: Database, settings: Settings, llm: LLMClient | None, warn: Callable[[str], None]
+) -> Published:
+    """Bring the bulletin up to date with memory. Warm-up (seed 004): a cold bulletin is "warming"
+    while its first version is made; one whose render or write failed is "degraded", and the
+    previous bulletin stays."""
+    rows = db.run(bulletin_facts)
+    typed = render_typed(rows, settings.bulletin_words)
+    key = digest([typed, settings.llm_provider, settings.extraction_model, settings.bulletin_words])
+    path = settings.paths.memory_bulletin
+    before = db.run(published_row, BULLETIN)
+    if before is None or before["state"] == "cold":
+        db.run(set_published_state, BULLETIN, path, "warming")
+    tokens = {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0}
+
+    def render() -> str:
+        if llm is None:
+            return typed
+        if not within_budget(db, settings, typed):
+            warn("daily bulletin token budget reached: publishing the typed render")
+            return typed
+        complete = partial(complete_recorded, db, llm, asset="memory_bulletin")
+        text, response = synthesize(complete, typed, settings)
+        tokens.update(llm_calls=1, input_tokens=response.input_tokens, output_tokens=response.output_tokens)
+        return text
+
+    try:
+        result = publish(db, settings, BULLETIN, render, input_key=key)
+    except LLMError as exc:
+        previous = path.read_text() if path.is_file() else ""
+        error = f"bulletin generation failed, the previous bulletin stays: {exc}"
+        result = Published(BULLETIN, path, previous, changed=False, error=error)
+    if result.error:
+        db.run(set_published_state, BULLETIN, path, "degraded", result.error)
+    warmup = db.run(published_row, BULLETIN)["state"]
+    result.details = {"memories": len(rows), "warmup": warmup, **tokens}
+    return result
+
+
+@dataclass
+class Freshness:
+    current: bool
+    state: str
+    age_minutes: float  # -1.0 when it was never confirmed
+
+
+def freshness(db: Database, settings: Settings) -> Freshness:
+    """Whether the bulletin is warm and was confirmed current within its refresh interval (plus
+    15 minutes of slack, so a run that starts a little late does not flag it)."""
+    row = db.run(published_row, BULLETIN)
+    limit = timedelta(minutes=settings.bulletin_refresh_minutes + 15)
+    age = utcnow() - row["verified_at"] if row and row["verified_at"] else None
+    return Freshness(
+        current=age is not None and age <= limit and row["state"] == "warm",
+        state=row["state"] if row else "cold",
+        age_minutes=round(age.total_seconds() / 60, 1) if age else -1.0,
+    )

@@ -9,23 +9,22 @@ is listed with its channel and sender and marked "not the owner", never as the u
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from cortex_pipelines.config import Settings
+from cortex_pipelines.publish.outputs import Published, publish
 from cortex_pipelines.publish.safe import one_line
-from cortex_pipelines.publish.tracking import PRIORITY_ORDER
+from cortex_pipelines.publish.threads import PRIORITY_ORDER
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage.decisions import decisions_since
+from cortex_pipelines.storage.published import latest_user_activity
 from cortex_pipelines.storage.session import inbound_since
+from cortex_pipelines.storage.threads import threads_to_publish
 
 PRIORITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵"}
 WINDOW = timedelta(hours=24)
 TIMELINE_ENTRIES = 20
-
-
-def latest_activity(db: Database) -> datetime | None:
-    """When anyone last wrote (replies carry the wall-clock time they were made)."""
-    return db.query("SELECT max(ts) FROM session WHERE role = 'user'")[0][0]
 
 
 def _stranger(settings: Settings, channel: str | None, sender: str | None) -> str | None:
@@ -35,31 +34,40 @@ def _stranger(settings: Settings, channel: str | None, sender: str | None) -> st
     return f"{one_line(channel, 32)} · {one_line(sender or 'unknown', 40)}"
 
 
-def inputs(db: Database, settings: Settings, anchor: datetime) -> dict:
+def inputs(db: Database, settings: Settings) -> dict | None:
+    """What narrative.md is made from, read in one transaction; None before anyone wrote."""
+    return db.run(_read, settings)
+
+
+def _read(con, settings: Settings) -> dict | None:
+    anchor = latest_user_activity(con)
+    if anchor is None:
+        return None
     since = anchor - WINDOW
-    threads = db.query_dicts(
-        "SELECT id, title, status, priority, summary, waiting_for, mood, last_activity, closed_at, sources "
-        "FROM threads ORDER BY id"
-    )
-    decisions = db.query_dicts(
-        "SELECT id, what, impact, who, decided_at, source FROM decisions WHERE decided_at >= ? "
-        "ORDER BY decided_at, id",
-        [since],
-    )
-    ops = db.run(ops_store.recent, since)
+    ops = ops_store.recent(con, since)
     for op in ops:
         op["stranger"] = _stranger(settings, op["asked_on"], op["asked_by"])
-    timeline = db.run(inbound_since, since, TIMELINE_ENTRIES)
+    timeline = inbound_since(con, since, TIMELINE_ENTRIES)
     for turn in timeline:
         turn["stranger"] = _stranger(settings, turn["channel"], turn["sender"])
     return {
         "anchor": anchor,
         "since": since,
-        "threads": threads,
-        "decisions": decisions,
+        "threads": threads_to_publish(con),
+        "decisions": decisions_since(con, since),
         "ops": ops,
         "timeline": timeline,
     }
+
+
+def write_narrative(db: Database, settings: Settings) -> Published | None:
+    """Rewrite narrative.md if the last 24 h of activity read differently; None before anyone wrote."""
+    data = inputs(db, settings)
+    if data is None:
+        return None
+    result = publish(db, settings, "narrative", lambda: render(data))
+    result.details = {"decisions": len(data["decisions"]), "timeline": len(data["timeline"])}
+    return result
 
 
 def render(data: dict) -> str:

@@ -39,7 +39,7 @@ def inbox_sensor(context: SensorEvaluationContext, cortex: CortexResource):
                     "accepted": report.accepted,
                     "duplicates": report.duplicates,
                     "rejected_files": len(report.rejected),
-                    **{f"bus_{k}": v for k, v in bus.counts(db).items()},
+                    **{f"bus_{k}": v for k, v in db.run(bus.counts).items()},
                 },
             )
         )

@@ -9,9 +9,9 @@ from dagster import (
 )
 
 from cortex_pipelines.jobs import memory_job
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.pipeline import EXTRACTION_CURSOR
 from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.storage import cursors
 
 
 @sensor(
@@ -21,11 +21,7 @@ from cortex_pipelines.resources import CortexResource
     description="Requests fact extraction once extraction_every_turns new user turns are waiting.",
 )
 def memory_sensor(context: SensorEvaluationContext, cortex: CortexResource):
-    db = cortex.database()
-    cursor = db.run(store.get_cursor, EXTRACTION_CURSOR)
-    waiting, newest = db.query(
-        "SELECT count(*), coalesce(max(id), 0) FROM session WHERE role = 'user' AND id > ?", [cursor]
-    )[0]
+    waiting, newest = cortex.database().run(cursors.user_turns_after, EXTRACTION_CURSOR)
     needed = cortex.settings().extraction_every_turns
     if waiting < needed:
         return SkipReason(f"{waiting} new user turn(s); extracting at {needed}")

@@ -1,10 +1,12 @@
 """How a sensor that put messages on the bus asks for a processing run: one at a time, keyed on
 what is waiting, never while a live run in the brain lane is already draining (a dead one is
-failed and its slot freed first, so one SIGKILL never stops the instance answering)."""
+failed and its slot freed first, so one SIGKILL never stops the instance answering). Every tick
+that requests no run says why in the tick list."""
 
 import json
 
 from dagster import (
+    DagsterRun,
     DagsterRunStatus,
     RunRequest,
     RunsFilter,
@@ -12,10 +14,11 @@ from dagster import (
     SensorResult,
     SkipReason,
 )
+from dagster._check import CheckError
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from cortex_pipelines.assets.brain import BRAIN_POOL
-from cortex_pipelines.jobs import BRAIN_LANE
-from cortex_pipelines.lanes import reap_dead_runs
+from cortex_pipelines.lanes import BRAIN_LANE, reap_dead_runs
 from cortex_pipelines.storage import Database, bus
 
 ACTIVE = [
@@ -26,25 +29,41 @@ ACTIVE = [
 ]
 
 
+def _requested_before(context: SensorEvaluationContext, run_key: str) -> DagsterRun | None:
+    """This sensor's earlier run for the same key: Dagster skips a request that repeats it, and
+    would say so only in the daemon's log."""
+    try:
+        sensor = context.sensor_name
+    except CheckError:  # evaluated without a name (a test): Dagster skips nothing then
+        return None
+    earlier = context.instance.get_runs(
+        filters=RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: sensor}), limit=1
+    )
+    return earlier[0] if earlier else None
+
+
 def request_processing(
     context: SensorEvaluationContext, db: Database, cursor: dict, events: list | None = None
 ) -> SensorResult:
     events = events or []
-    due, key = bus.due_pending(db)
+
+    def skip(reason: str) -> SensorResult:
+        return SensorResult(skip_reason=SkipReason(reason), asset_events=events, cursor=json.dumps(cursor))
+
+    due, key = db.run(bus.due_pending)
     if due == 0:
-        return SensorResult(
-            skip_reason=SkipReason("no messages waiting"), asset_events=events, cursor=json.dumps(cursor)
-        )
+        return skip("no messages waiting")
     active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=1)
     if active:
         for dead in reap_dead_runs(context.instance, [BRAIN_POOL]):
             context.log.warning(dead.describe())
         active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=1)
     if active:
-        return SensorResult(
-            skip_reason=SkipReason(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus"),
-            asset_events=events,
-            cursor=json.dumps(cursor),
+        return skip(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus")
+    if earlier := _requested_before(context, key):
+        return skip(
+            f"{due} waiting; run {earlier.run_id[:8]} was already requested for the same messages "
+            f"({earlier.status.value.lower()}); a new message or attempt requests the next"
         )
     cursor["last_run_key"] = key
     return SensorResult(

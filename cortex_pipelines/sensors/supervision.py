@@ -9,8 +9,8 @@ from dagster import DefaultSensorStatus, RunsFilter, SensorEvaluationContext, Sk
 
 from cortex_pipelines.assets.brain import BRAIN_POOL
 from cortex_pipelines.assets.memory import MEMORY_POOL
-from cortex_pipelines.jobs import BRAIN_LANE, MAX_RUNTIME_S, process_messages
-from cortex_pipelines.lanes import reap_dead_runs
+from cortex_pipelines.jobs import process_messages
+from cortex_pipelines.lanes import BRAIN_LANE, MAX_RUNTIME_S, reap_dead_runs
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.processing import ACTIVE, request_processing
@@ -28,7 +28,7 @@ def supervision(context: SensorEvaluationContext, cortex: CortexResource):
     for dead in reap_dead_runs(context.instance, [BRAIN_POOL, MEMORY_POOL]):
         context.log.warning(dead.describe())
     try:
-        outbox.export_files(db, settings.paths)  # replies a killed run committed but never exported
+        db.run(outbox.export_files, settings.paths)  # replies a killed run committed but never exported
     except OSError as exc:  # an unwritable outbox folder must not stop supervision
         context.log.warning(f"reply files not exported now: {exc}")
     runs = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=10)
@@ -49,4 +49,7 @@ def supervision(context: SensorEvaluationContext, cortex: CortexResource):
         context.log.warning(f"{f.kind} {f.subject}: {f.action} ({f.detail})")
     if any(f.kind == "stuck_message" and f.action == "requeued" for f in findings):
         return request_processing(context, db, {})
-    return SkipReason(f"{len(findings)} finding(s)" if findings else "all clear")
+    if not findings:
+        return SkipReason("all clear")
+    listed = "; ".join(f"{f.kind} {f.subject} {f.action}" for f in findings[:5])
+    return SkipReason(f"{len(findings)} finding(s): {listed}" + ("; …" if len(findings) > 5 else ""))

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 BUS_STATES = ("pending", "processing", "completed", "failed", "skipped")
 
@@ -159,43 +160,60 @@ def mark_completed(con, bus_id: int) -> None:
     )
 
 
-def mark_skipped(db: Database, bus_id: int, reason: str) -> None:
-    db.run(
-        lambda con: con.execute(
-            "UPDATE bus SET state = 'skipped', finished_at = ?, error = ? WHERE id = ?",
-            [utcnow(), reason, bus_id],
-        )
+def mark_skipped(con, bus_id: int, reason: str) -> None:
+    con.execute(
+        "UPDATE bus SET state = 'skipped', finished_at = ?, error = ? WHERE id = ?",
+        [utcnow(), reason, bus_id],
     )
 
 
-def fail_or_retry(db: Database, msg: BusMessage, error: str, max_attempts: int, backoff_s: float) -> str:
+def fail_or_retry(con, msg: BusMessage, error: str, max_attempts: int, backoff_s: float) -> str:
     """After a failed attempt: back to pending with a delay, or failed for good. Returns the state."""
     final = msg.attempts >= max_attempts
     state = "failed" if final else "pending"
     delay = timedelta(seconds=backoff_s * (2 ** (msg.attempts - 1)))
     not_before = None if final else utcnow() + delay
-    db.run(
-        lambda con: con.execute(
-            "UPDATE bus SET state = ?, error = ?, not_before = ?, finished_at = ? WHERE id = ?",
-            [state, error[:2000], not_before, utcnow() if final else None, msg.id],
-        )
+    con.execute(
+        "UPDATE bus SET state = ?, error = ?, not_before = ?, finished_at = ? WHERE id = ?",
+        [state, error[:2000], not_before, utcnow() if final else None, msg.id],
     )
     return state
 
 
-def counts(db: Database) -> dict[str, int]:
-    rows = dict(db.query("SELECT state, count(*) FROM bus GROUP BY state"))
+def counts(con) -> dict[str, int]:
+    rows = dict(con.execute("SELECT state, count(*) FROM bus GROUP BY state").fetchall())
     return {state: int(rows.get(state, 0)) for state in BUS_STATES}
 
 
-def due_pending(db: Database) -> tuple[int, str]:
+def due_pending(con) -> tuple[int, str]:
     """How many messages a processing run could take now, and a key that changes when they do."""
-    row = db.query(
+    row = con.execute(
         "SELECT count(*), coalesce(max(id), 0), coalesce(sum(attempts), 0) FROM bus "
         "WHERE state IN ('pending', 'processing') AND (not_before IS NULL OR not_before <= ?)",
         [utcnow()],
-    )[0]
+    ).fetchone()
     return int(row[0]), f"upto-{row[1]}-attempts-{row[2]}"
+
+
+def channels(con) -> list[str]:
+    """Every channel a message ever came in on."""
+    return [r[0] for r in con.execute("SELECT DISTINCT channel FROM bus").fetchall()]
+
+
+def state_of(con, bus_id: int) -> tuple[str, str | None]:
+    """A message's state and its error (why it failed or was skipped)."""
+    return con.execute("SELECT state, error FROM bus WHERE id = ?", [bus_id]).fetchone()
+
+
+def latest_failures(con, limit: int) -> list[dict]:
+    """Messages that failed for good, newest first."""
+    return dict_rows(
+        con.execute(
+            "SELECT id, channel, left(text, 120) AS text, error, attempts FROM bus "
+            "WHERE state = 'failed' ORDER BY id DESC LIMIT ?",
+            [limit],
+        )
+    )
 
 
 def unshown_failures(con) -> list[dict]:

@@ -11,7 +11,7 @@ import socket
 from datetime import timedelta
 
 from cortex_pipelines import processes
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
 
 NAME = "brain"
 
@@ -35,27 +35,23 @@ def holder_alive(con, timeout_s: float) -> bool:
     return row is not None and not _stale(row, timeout_s)
 
 
-def acquire(db: Database, holder: str, timeout_s: float) -> bool:
-    """Take the lease. Returns True when the previous holder died (its work must be recovered)."""
+def acquire(con, holder: str, timeout_s: float) -> bool:
+    """Take the lease. Returns True when the previous holder died (its work must be recovered).
+    Raises BrainBusy while a live process holds it."""
     host, pid = socket.gethostname(), os.getpid()
-
-    def take(con):
-        row = con.execute(
-            "SELECT holder, host, pid, heartbeat_at FROM brain_lease WHERE name = ?", [NAME]
-        ).fetchone()
-        if row is not None:
-            _, old_host, old_pid, _ = row
-            same_process = old_host == host and old_pid == pid
-            if not same_process and not _stale(row, timeout_s):
-                raise BrainBusy(f"the bus is being drained by pid {old_pid} on {old_host}")
-        con.execute(
-            "INSERT OR REPLACE INTO brain_lease (name, holder, host, pid, heartbeat_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [NAME, holder, host, pid, utcnow()],
-        )
-        return row is not None
-
-    return db.run(take)
+    row = con.execute(
+        "SELECT holder, host, pid, heartbeat_at FROM brain_lease WHERE name = ?", [NAME]
+    ).fetchone()
+    if row is not None:
+        _, old_host, old_pid, _ = row
+        same_process = old_host == host and old_pid == pid
+        if not same_process and not _stale(row, timeout_s):
+            raise BrainBusy(f"the bus is being drained by pid {old_pid} on {old_host}")
+    con.execute(
+        "INSERT OR REPLACE INTO brain_lease (name, holder, host, pid, heartbeat_at) VALUES (?, ?, ?, ?, ?)",
+        [NAME, holder, host, pid, utcnow()],
+    )
+    return row is not None
 
 
 def heartbeat(con) -> None:
@@ -65,10 +61,8 @@ def heartbeat(con) -> None:
     )
 
 
-def release(db: Database) -> None:
-    db.run(
-        lambda con: con.execute(
-            "DELETE FROM brain_lease WHERE name = ? AND pid = ? AND host = ?",
-            [NAME, os.getpid(), socket.gethostname()],
-        )
+def release(con) -> None:
+    con.execute(
+        "DELETE FROM brain_lease WHERE name = ? AND pid = ? AND host = ?",
+        [NAME, os.getpid(), socket.gethostname()],
     )

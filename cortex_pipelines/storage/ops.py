@@ -5,23 +5,31 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
 ORPHANED = "orphaned from prior session (startup cleanup)"
 
 
-def spawn(db: Database, bus_id: int, description: str, expected_channel: str, deadline_h: float) -> str:
+def spawn(con, bus_id: int, description: str, expected_channel: str, deadline_h: float) -> str:
     op_id = "op-" + uuid.uuid4().hex[:12]
     now = utcnow()
-    db.run(
-        lambda con: con.execute(
-            "INSERT INTO pending_ops (id, bus_id, type, description, dispatched_at, deadline_at, "
-            "expected_channel, status) VALUES (?, ?, 'sessions_spawn', ?, ?, ?, ?, 'pending')",
-            [op_id, bus_id, description, now, now + timedelta(hours=deadline_h), expected_channel],
-        )
+    con.execute(
+        "INSERT INTO pending_ops (id, bus_id, type, description, dispatched_at, deadline_at, "
+        "expected_channel, status) VALUES (?, ?, 'sessions_spawn', ?, ?, ?, ?, 'pending')",
+        [op_id, bus_id, description, now, now + timedelta(hours=deadline_h), expected_channel],
     )
     return op_id
+
+
+def pending(con) -> list[dict]:
+    """Delegated work still waiting for its result, oldest first."""
+    return dict_rows(
+        con.execute(
+            "SELECT id, description, dispatched_at, deadline_at, expected_channel FROM pending_ops "
+            "WHERE status = 'pending' ORDER BY dispatched_at"
+        )
+    )
 
 
 def visible(con) -> list[dict]:

@@ -9,7 +9,8 @@ import json
 
 from cortex_pipelines.config import Paths
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
 
 
 def add(con, bus_id: int, channel: str, text: str) -> None:
@@ -20,27 +21,33 @@ def add(con, bus_id: int, channel: str, text: str) -> None:
     )
 
 
-def waiting(db: Database, channel: str | None = None) -> list[dict]:
-    return db.query_dicts(
-        "SELECT id, channel, text, reply_to, created_at FROM outbox "
-        "WHERE delivered_at IS NULL AND (? IS NULL OR channel = ?) ORDER BY id",
-        [channel, channel],
+def waiting(con, channel: str | None = None) -> list[dict]:
+    return dict_rows(
+        con.execute(
+            "SELECT id, channel, text, reply_to, created_at FROM outbox "
+            "WHERE delivered_at IS NULL AND (? IS NULL OR channel = ?) ORDER BY id",
+            [channel, channel],
+        )
     )
 
 
-def last_id(db: Database) -> int:
-    return db.query("SELECT coalesce(max(id), 0) FROM outbox")[0][0]
+def last_id(con) -> int:
+    return con.execute("SELECT coalesce(max(id), 0) FROM outbox").fetchone()[0]
 
 
-def added_after(db: Database, outbox_id: int) -> list[dict]:
-    return db.query_dicts(
-        "SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [outbox_id]
+def added_after(con, outbox_id: int) -> list[dict]:
+    return dict_rows(
+        con.execute("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [outbox_id])
     )
 
 
-def export_files(db: Database, paths: Paths) -> int:
-    rows = db.query_dicts(
-        "SELECT id, channel, text, reply_to, created_at FROM outbox WHERE exported_at IS NULL ORDER BY id"
+def export_files(con, paths: Paths) -> int:
+    """Write a file for every reply not exported yet and mark it exported; writing a file again after
+    a crash or a retried transaction is harmless (its name is fixed by the row id)."""
+    rows = dict_rows(
+        con.execute(
+            "SELECT id, channel, text, reply_to, created_at FROM outbox WHERE exported_at IS NULL ORDER BY id"
+        )
     )
     for row in rows:
         body = {**row, "created_at": row["created_at"].isoformat() + "Z"}
@@ -49,10 +56,8 @@ def export_files(db: Database, paths: Paths) -> int:
             json.dumps(body, ensure_ascii=False, indent=2) + "\n",
         )
     if rows:
-        ids = [r["id"] for r in rows]
-        db.run(
-            lambda con: con.execute(
-                "UPDATE outbox SET exported_at = ? WHERE id IN (SELECT unnest(?))", [utcnow(), ids]
-            )
+        con.execute(
+            "UPDATE outbox SET exported_at = ? WHERE id IN (SELECT unnest(?))",
+            [utcnow(), [r["id"] for r in rows]],
         )
     return len(rows)

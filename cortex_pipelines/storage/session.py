@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.turn import Turn
 
-
-@dataclass(frozen=True)
-class Turn:
-    id: int
-    bus_id: int | None
-    role: str
-    channel: str
-    sender: str | None
-    content: str
-    ts: datetime
-
-
-_TURN_COLUMNS = "id, bus_id, role, channel, sender, content, ts"
+_TURN_COLUMNS = "id, role, channel, sender, content, ts"
 
 
 def append_inbound(con, msg: BusMessage) -> int:
@@ -62,6 +50,14 @@ def append_reply(con, bus_id: int, channel: str, content: str, metadata: dict) -
         [bus_id, channel, content, utcnow(), json.dumps(metadata)],
     ).fetchone()
     return row[0] if row else 0
+
+
+def reply_text(con, bus_id: int) -> str | None:
+    """What the brain answered to a message, None before it has."""
+    row = con.execute(
+        "SELECT content FROM session WHERE bus_id = ? AND role = 'assistant'", [bus_id]
+    ).fetchone()
+    return row[0] if row else None
 
 
 def _touch_channel(con, channel: str, at: datetime) -> None:
@@ -142,6 +138,11 @@ def turn_counts(con, since: datetime) -> dict[str, int]:
         "SELECT count(*), count(*) FILTER (WHERE ts >= ?) FROM session WHERE content <> '[silence]'", [since]
     ).fetchone()
     return {"total": int(total), "since": int(recent)}
+
+
+def count_turns(con) -> int:
+    """Every turn in the session, silences included."""
+    return con.execute("SELECT count(*) FROM session").fetchone()[0]
 
 
 def latest_id(con) -> int:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cortex_pipelines.storage.db import Database, utcnow
+from cortex_pipelines.storage.db import utcnow
 
 
 def record(
-    db: Database,
+    con,
     *,
     provider: str,
     model: str,
@@ -19,41 +19,39 @@ def record(
     asset: str | None = None,
     error: str | None = None,
 ) -> None:
-    db.run(
-        lambda con: con.execute(
-            "INSERT INTO llm_usage (called_at, provider, model, purpose, bus_id, asset, "
-            "input_tokens, output_tokens, latency_ms, ok, error) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                utcnow(),
-                provider,
-                model,
-                purpose,
-                bus_id,
-                asset,
-                input_tokens,
-                output_tokens,
-                latency_ms,
-                ok,
-                error,
-            ],
-        )
+    con.execute(
+        "INSERT INTO llm_usage (called_at, provider, model, purpose, bus_id, asset, "
+        "input_tokens, output_tokens, latency_ms, ok, error) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            utcnow(),
+            provider,
+            model,
+            purpose,
+            bus_id,
+            asset,
+            input_tokens,
+            output_tokens,
+            latency_ms,
+            ok,
+            error,
+        ],
     )
 
 
-def totals(db: Database) -> dict[str, int]:
-    calls, tin, tout = db.query(
+def totals(con) -> dict[str, int]:
+    calls, tin, tout = con.execute(
         "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM llm_usage"
-    )[0]
+    ).fetchone()
     return {"calls": int(calls), "input_tokens": int(tin), "output_tokens": int(tout)}
 
 
-def tokens_today(db: Database, purpose: str | None = None) -> int:
+def tokens_today(con, purpose: str | None = None) -> int:
     """Tokens in and out since midnight UTC: the series the UI plots, and the bulletin's budget."""
     return int(
-        db.query(
+        con.execute(
             "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM llm_usage "
             "WHERE called_at >= CAST(CAST(? AS DATE) AS TIMESTAMP) AND (? IS NULL OR purpose = ?)",
             [utcnow(), purpose, purpose],
-        )[0][0]
+        ).fetchone()[0]
     )

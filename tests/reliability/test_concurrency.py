@@ -151,7 +151,7 @@ def test_four_producers_race_the_sensor_the_brain_and_the_cli(tmp_path, size):
                         )
                     runs.append((proc, log))
                 producing = any(p.poll() is None for p in producers)
-                counts = bus.counts(db)
+                counts = db.run(bus.counts)
                 now = time.monotonic() - started
                 if not producing:
                     marks.setdefault("produced", now)
@@ -184,7 +184,7 @@ def test_four_producers_race_the_sensor_the_brain_and_the_cli(tmp_path, size):
         assert not any(e in text.lower() for e in LOCK_ERRORS), text
 
     # Exactly 2,000 bus rows, all completed, each answered once.
-    assert bus.counts(db) == {**dict.fromkeys(bus.BUS_STATES, 0), "completed": total}
+    assert db.run(bus.counts) == {**dict.fromkeys(bus.BUS_STATES, 0), "completed": total}
     rows = db.query("SELECT id, channel, external_id FROM bus ORDER BY id")
     assert len(rows) == total
     turns = Counter(db.query("SELECT bus_id, role FROM session WHERE bus_id IS NOT NULL"))

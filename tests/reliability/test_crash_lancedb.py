@@ -28,12 +28,12 @@ from cortex_pipelines.assets.memory import episodic_memory, extracted_facts
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import init_home
-from cortex_pipelines.memory import store
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, EXTRACTION_CURSOR, index_episodes, sync_facts
-from cortex_pipelines.memory.store import FactDraft
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
 from cortex_pipelines.resources import CortexResource
-from cortex_pipelines.storage import Database, utcnow
+from cortex_pipelines.storage import Database, cursors, utcnow
+from cortex_pipelines.storage import facts as fact_store
+from cortex_pipelines.storage.facts import FactDraft
 from tests.crash_worker import HashEmbedder, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -118,24 +118,24 @@ def template(tmp_path_factory) -> Path:
     assert ingest_path(_turns(root, 0, INDEXED_TURNS), settings, db, history=True).accepted == INDEXED_TURNS
     assert index_episodes(db, vectors, embedder, settings) == INDEXED_TURNS
     extracted = db.query("SELECT max(id) FROM session")[0][0]
-    db.run(store.set_cursor, EXTRACTION_CURSOR, extracted)  # the older turns' facts are in already
+    db.run(cursors.write, EXTRACTION_CURSOR, extracted)  # the older turns' facts are in already
     assert (
         ingest_path(_turns(root, INDEXED_TURNS, NEW_TURNS), settings, db, history=True).accepted == NEW_TURNS
     )
 
-    ids = db.run(lambda con: [store.insert(con, _draft(i)) for i in range(INDEXED_FACTS)])
+    ids = db.run(lambda con: [fact_store.insert(con, _draft(i)) for i in range(INDEXED_FACTS)])
     assert sync_facts(db, vectors, embedder, settings) == INDEXED_FACTS
 
     def change(con):
         for fact_id in ids[:EDITED]:
-            store.edit(con, fact_id, f"corrected fact {fact_id}: maya prefers the aisle")
+            fact_store.edit(con, fact_id, f"corrected fact {fact_id}: maya prefers the aisle")
         for fact_id in ids[EDITED : EDITED + FORGOTTEN]:
-            store.forget(con, fact_id, "the user said it was wrong")
+            fact_store.forget(con, fact_id, "the user said it was wrong")
         for i in range(INDEXED_FACTS, INDEXED_FACTS + NEW_FACTS):
-            store.insert(con, _draft(i))
+            fact_store.insert(con, _draft(i))
 
     db.run(change)
-    assert len(db.run(store.unindexed)) == NEW_FACTS + 2 * EDITED + FORGOTTEN
+    assert len(db.run(fact_store.unindexed)) == NEW_FACTS + 2 * EDITED + FORGOTTEN
     return root / "home"
 
 
@@ -157,7 +157,7 @@ def assert_memory_mirrors_duckdb(db: Database, lance: Path) -> None:
     session = dict(db.query("SELECT id, content FROM session WHERE content <> '[silence]'"))
     assert len(session) == INDEXED_TURNS + NEW_TURNS
     assert {r["id"]: r["text"] for r in episodes} == session  # one row per message, nothing missing
-    assert db.run(store.get_cursor, EPISODIC_CURSOR) == max(session)
+    assert db.run(cursors.read, EPISODIC_CURSOR) == max(session)
 
     facts = lance_rows(lance, SEMANTIC)
     ids = [r["id"] for r in facts]
@@ -166,12 +166,12 @@ def assert_memory_mirrors_duckdb(db: Database, lance: Path) -> None:
     assert {r["id"]: (r["text"], r["status"]) for r in facts} == truth
     active = sum(status == "active" for _, status in truth.values())
     assert active == INDEXED_FACTS - FORGOTTEN + NEW_FACTS + NEW_TURNS // PREFERENCE_EVERY
-    assert db.run(store.unindexed) == []
+    assert db.run(fact_store.unindexed) == []
     twice = db.query(
         "SELECT any_value(text) FROM facts WHERE status = 'active' GROUP BY norm_hash HAVING count(*) > 1"
     )
     assert twice == [], twice  # no fact extracted twice by the re-run after the crash
-    assert db.run(store.get_cursor, EXTRACTION_CURSOR) == max(session)
+    assert db.run(cursors.read, EXTRACTION_CURSOR) == max(session)
 
     # Recall still finds a new fact by its vector and an old turn by its words.
     vectors, embedder = VectorStore(lance), HashEmbedder()
@@ -191,7 +191,7 @@ def test_sigkill_during_a_lancedb_write_loses_and_doubles_nothing(point, n, call
     db = Database(settings.paths.db)
     if fresh:  # nothing indexed yet: the first write creates the table, the last builds its index
         shutil.rmtree(settings.paths.lance)
-        db.run(store.set_cursor, EPISODIC_CURSOR, 0)
+        db.run(cursors.write, EPISODIC_CURSOR, 0)
         db.run(lambda con: con.execute("UPDATE facts SET indexed_at = NULL"))
 
     proc = run_worker(home, point, n, call)
@@ -199,7 +199,7 @@ def test_sigkill_during_a_lancedb_write_loses_and_doubles_nothing(point, n, call
     print("\n".join(landed))
 
     # Restart: the real assets, each resuming from what the crash left.
-    cursor = db.run(store.get_cursor, EPISODIC_CURSOR)
+    cursor = db.run(cursors.read, EPISODIC_CURSOR)
     behind = db.query("SELECT count(*) FROM session WHERE id > ?", [cursor])[0][0]
     result = materialize([episodic_memory, extracted_facts], resources={"cortex": HashCortex(home=str(home))})
     assert result.success

@@ -84,7 +84,7 @@ def test_hostile_corpus_is_rejected_and_good_files_land(settings, db, tmp_path):
 
     report = ingest_inbox(settings, db)
 
-    assert report.accepted == 8 and bus.counts(db)["pending"] == 8
+    assert report.accepted == 8 and db.run(bus.counts)["pending"] == 8
     assert db.query("SELECT text FROM bus WHERE external_id = 'g0'") == [(GOOD["text"],)]
     rejected = {f.path.name: f.error for f in report.rejected}
     expected = {*hostile, "link.json", "root-level.json", "a.json"}

@@ -271,7 +271,7 @@ def test_cortex_run_answers_good_files_beside_every_hostile_entry(settings, tmp_
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ingested 6 message(s), 0 duplicate(s), 4 rejected file(s), 1 deferred file(s)" in run.stdout
     assert f"deferred {partial}: still being written (invalid JSON" in run.stderr
-    counts = bus.counts(Database(settings.paths.db))  # read after the process exited
+    counts = Database(settings.paths.db).run(bus.counts)  # read after the process exited
     assert (counts["completed"], counts["pending"], counts["processing"], counts["failed"]) == (6, 0, 0, 0)
     archived = {p.read_text() for p in (settings.paths.ingested / "webchat").iterdir()}
     assert "archived earlier under the same name" in archived and len(archived) == len(good) + 1

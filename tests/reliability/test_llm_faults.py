@@ -64,7 +64,7 @@ def test_a_persistent_fault_fails_the_message_and_the_queue_goes_on(
     state, attempts, err = db.query("SELECT state, attempts, error FROM bus WHERE external_id = 'm0'")[0]
     assert (state, attempts) == ("failed", 2)
     assert needle.lower() in err.lower()
-    assert [o["text"] for o in outbox.waiting(db)] == ["ok!"]
+    assert [o["text"] for o in db.run(outbox.waiting)] == ["ok!"]
     # The user hears about it on the next turn, once.
     _queue(s, db, "third message")
     Brain(db, s, make_client(s)).drain()
@@ -79,7 +79,7 @@ def test_rate_limit_with_retry_after_is_waited_out(settings, db, messages_server
         error(429, headers={"retry-after": "0"}), error(429, headers={"retry-after": "0"}), text("hi")
     )
     report = Brain(db, s, make_client(s)).drain()
-    assert report.completed == 1 and bus.counts(db)["failed"] == 0 and len(messages_server.requests) == 3
+    assert report.completed == 1 and db.run(bus.counts)["failed"] == 0 and len(messages_server.requests) == 3
 
 
 def test_malformed_and_unknown_tool_calls_are_answered_with_errors(settings, db, messages_server):
@@ -109,4 +109,4 @@ def test_more_than_five_tool_rounds_end_without_tools(settings, db, messages_ser
     assert report.completed == 1
     assert len(messages_server.requests) == 6  # 5 tool rounds, then one call with tools off
     assert messages_server.requests[-1]["tool_choice"] == {"type": "none"}
-    assert outbox.waiting(db)[0]["text"] == "giving up on tools"
+    assert db.run(outbox.waiting)[0]["text"] == "giving up on tools"

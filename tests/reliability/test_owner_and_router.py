@@ -114,8 +114,8 @@ def test_strangers_never_write_the_user_and_only_the_router_completes_ops(tmp_pa
 @pytest.fixture
 def two_ops(db):
     return (
-        ops_store.spawn(db, 1, "Research quiet cafés near Alfama (100% quiet)", "webchat", 24),
-        ops_store.spawn(db, 2, "Research a dentist near Alfama", "webchat", 24),
+        db.run(ops_store.spawn, 1, "Research quiet cafés near Alfama (100% quiet)", "webchat", 24),
+        db.run(ops_store.spawn, 2, "Research a dentist near Alfama", "webchat", 24),
     )
 
 

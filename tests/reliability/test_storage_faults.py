@@ -71,7 +71,7 @@ def test_corrupt_config_is_one_clear_line_and_loses_nothing(body, settings, db):
     with DagsterInstance.ephemeral() as instance:
         context = build_sensor_context(instance=instance, resources={"cortex": CortexResource()})
         inbox_sensor(context)
-    assert not waiting.exists() and bus.counts(db)["pending"] == 1
+    assert not waiting.exists() and db.run(bus.counts)["pending"] == 1
 
 
 def test_database_from_the_first_schema_version_migrates_and_keeps_its_rows(tmp_path):
@@ -111,7 +111,7 @@ def test_database_from_the_first_schema_version_migrates_and_keeps_its_rows(tmp_
 
     report = Brain(db, settings, OfflineClient()).drain()
     assert (report.processed, report.completed) == (1, 1)
-    assert bus.counts(db)["completed"] == 3
+    assert db.run(bus.counts)["completed"] == 3
     status = json.loads(_cortex("status", "--json", home=home).stdout)
     assert status["bus"]["completed"] == 3
 
@@ -136,7 +136,7 @@ def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
         assert _files(settings) == before
         assert not [p.name for p in settings.paths.out.iterdir() if p.name.endswith(".tmp")]
         meta = degraded.asset_materializations_for_node("memory_bulletin")[0].metadata
-        assert "No space left on device" in meta["warning"].value
+        assert meta["written"].value is False and "No space left on device" in meta["error"].value
 
         _materialize(settings, instance)  # space is back: the change is published, nothing lost
     after = _files(settings)

@@ -14,11 +14,14 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from cortex_pipelines.admin.redaction import Redactor
 from cortex_pipelines.files import write_atomic
+
+if TYPE_CHECKING:
+    from cortex_pipelines.admin.redaction import Redactor
 
 _SQLITE = b"SQLite format 3\x00"
 _STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage")

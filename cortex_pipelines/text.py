@@ -1,0 +1,165 @@
+"""What a message says, for memory and publish alike: the user's own words (code and quotes left
+out), its sentences, and the normal form that dedupe and matching compare.
+
+One module, so fact extraction, sentence vectors, thread tracking and decision dedupe agree on
+what the user wrote, where a sentence ends and when two texts say the same words.
+
+Sentences: a boundary is end punctuation followed by whitespace, except after a title or Latin
+abbreviation (Dr., e.g.), an initial (the "R." of "J. R. R. Tolkien"), or a word that ends
+sentences only sometimes (etc., a.m., Jr.) when the next word is not capitalized. Decimals (3.5)
+never split: no whitespace follows their point. `at_newlines` makes every line end a boundary too,
+for text where lines are separate statements (chat lines, tracked decisions).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_TICKS = re.compile(r"`{3,}")
+_TILDE_FENCE = re.compile(r"[ \t]*~{3,}")
+
+
+def own_text(text: str) -> str:
+    """The part of a message the user wrote: without code and without `>` quoted lines, since pasted
+    or quoted text is not the user stating, deciding or closing anything (DESIGN.md rule 2).
+
+    Code is what chat apps render as code, from a run of three or more backticks anywhere in a line
+    to the next such run, and a Markdown `~~~` fence from its line to the next `~~~` line. A block
+    left open runs to the end of the text, as in Markdown: what follows an opening fence is pasted,
+    and taking a paste for the user's own words costs more than missing a sentence after a stray
+    fence. Lines that held only code or a quote go; text beside inline code stays on its line."""
+    kept: list[str] = []
+    closer = ""  # what ends the open code block: "```" or "~~~"; "" outside code
+    for line in text.splitlines():
+        if closer == "~~~":
+            if _TILDE_FENCE.match(line):
+                closer = ""
+            continue
+        if not closer and line.lstrip().startswith(">"):
+            continue
+        if not closer and _TILDE_FENCE.match(line):
+            closer = "~~~"
+            continue
+        pieces = _TICKS.split(line)  # pieces alternate between said and code, from the line's start
+        if len(pieces) == 1 and not closer:
+            kept.append(line)
+            continue
+        said = " ".join(pieces[1 if closer else 0 :: 2])
+        if len(pieces) % 2 == 0:  # an odd number of runs: the line ends on the other side
+            closer = "" if closer else "```"
+        if said.strip():
+            kept.append(said)
+    return "\n".join(kept)
+
+
+# Never the end of a sentence: what follows belongs to them (lowercase, without the final period).
+_NEVER = frozenset(
+    "dr mr mrs ms mx prof st mt rev sgt capt col gen lt hon e.g i.e cf vs approx z.b d.h bzw ca vgl".split()
+)
+# The end of a sentence only when the next word starts with a capital letter; dotted ones such as
+# "U.S." count too.
+_SOMETIMES = frozenset("etc jr sr a.m p.m inc ltd co usw".split())
+_DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")
+_BOUNDARY = re.compile(r"(?<=[.!?])\s+")
+_LINE = re.compile(r"[^\n]+")
+_LAST_WORD = re.compile(r"[^\s(\[\"“'‘]+$")
+
+
+def _ends_sentence(before: str, after: str) -> bool:
+    if not before.endswith("."):
+        return True
+    word = _LAST_WORD.search(before)
+    raw = word.group(0).rstrip(".") if word else ""
+    token = raw.lower()
+    if token in _NEVER or (len(raw) == 1 and raw.isupper()):  # a title, or an initial
+        return False
+    if token in _SOMETIMES or _DOTTED.fullmatch(token):
+        return after[:1].isupper()
+    return True
+
+
+def sentence_spans(text: str, at_newlines: bool = False) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of `text` without its surrounding whitespace, empty ones
+    dropped: offsets for callers that look at what lies around a match."""
+    blocks = [m.span() for m in _LINE.finditer(text)] if at_newlines else [(0, len(text))]
+    spans: list[tuple[int, int]] = []
+    for lo, hi in blocks:
+        start = lo
+        for gap in _BOUNDARY.finditer(text, lo, hi):
+            if _ends_sentence(text[start : gap.start()], text[gap.end() : hi]):
+                spans.append((start, gap.start()))
+                start = gap.end()
+        spans.append((start, hi))
+    stripped = []
+    for start, end in spans:
+        piece = text[start:end]
+        if piece.strip():
+            start += len(piece) - len(piece.lstrip())
+            stripped.append((start, start + len(piece.strip())))
+    return stripped
+
+
+def split_sentences(text: str, at_newlines: bool = False) -> list[str]:
+    """The sentences of `text`, stripped, empty ones dropped; `at_newlines` also splits at line ends."""
+    return [text[start:end] for start, end in sentence_spans(text, at_newlines)]
+
+
+# A sentence that asks: it ends with a question mark or opens with a question word or auxiliary.
+QUESTION = re.compile(
+    r"\?\s*$|^\s*(what|when|where|who|whom|whose|which|how|why|do|does|did|is|are|am|was|were|can|could|"
+    r"should|would|will|have|has|may|shall)\b",
+    re.I,
+)
+
+
+def is_question(text: str) -> bool:
+    """Whether every sentence of a turn ends with a question mark: such a turn is never an answer,
+    so recall never offers it as a memory. Only the mark counts here: "May 3rd is my birthday." and
+    "Will is my brother." open like questions and are statements."""
+    sentences = split_sentences(text)
+    return bool(sentences) and all(s.rstrip().endswith("?") for s in sentences)
+
+
+_CONTRACTIONS = {
+    "i'm": "i am",
+    "i've": "i have",
+    "i'd": "i would",
+    "i'll": "i will",
+    "don't": "do not",
+    "doesn't": "does not",
+    "can't": "cannot",
+    "won't": "will not",
+    "we're": "we are",
+    "we've": "we have",
+    "it's": "it is",
+    "that's": "that is",
+    "isn't": "is not",
+}
+_NON_WORD = re.compile(r"[^\w\s]", re.UNICODE)
+
+
+def normalize(text: str) -> str:
+    """Case-, punctuation- and contraction-insensitive form: two texts that say the same words
+    compare equal. Fact hashes are taken of it, so a change here changes stored hashes."""
+    text = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
+    words = [_CONTRACTIONS.get(w, w) for w in text.split()]
+    return " ".join(_NON_WORD.sub(" ", " ".join(words)).split())
+
+
+def words(text: str) -> list[str]:
+    """The words of `text` in normal form."""
+    return normalize(text).split()
+
+
+def collapse_spaces(text: str) -> str:
+    """`text` on one line, each run of whitespace one space."""
+    return " ".join(text.split())
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`, cut at the last space before the limit when there is one."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > 0 else limit]
