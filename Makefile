@@ -28,6 +28,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/dg check defs
 
 bench: $(STAMP)
 	$(PY) -m bench.locomo --split check

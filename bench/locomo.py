@@ -135,7 +135,7 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
     from cortex_pipelines.ingest.inbox import ingest_path
     from cortex_pipelines.instance import init_home
     from cortex_pipelines.memory.recall import recall
-    from cortex_pipelines.resources import CortexResource
+    from cortex_pipelines.resources import cortex_resources
     from cortex_pipelines.storage import Database
 
     rows = conversation_turns(sample)
@@ -177,7 +177,7 @@ def run_conversation(sample: dict, embedder, timing: dict, scores: dict[str, Sco
             result = materialize(
                 memory,
                 instance=instance,
-                resources={"cortex": CortexResource(home=str(home))},
+                resources=cortex_resources(str(home)),
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
         timing["materialize_s"] += time.perf_counter() - started

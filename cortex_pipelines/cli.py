@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from cortex_pipelines import clock
+from cortex_pipelines import clock, delivery
 from cortex_pipelines.admin import doctor as checkup
 from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, load_settings, parse_owners
@@ -305,7 +305,10 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     _say(f"home     {state['home']}")
     out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
-    out.print(f"outbox   {state['outbox']['waiting']} waiting")
+    box = state["outbox"]
+    out.print(
+        f"outbox   {box['waiting']} waiting  {box['leased']} leased  {box['dead_lettered']} dead-lettered"
+    )
     mem = state["memory"]
     out.print(
         f"memory   hot {mem['hot']}  cold {mem['cold']}  episodic {mem['episodic']}  pinned {mem['pinned']}"
@@ -354,30 +357,34 @@ def schedule_delete(schedule_id: str) -> None:
 @app.command("outbox")
 def outbox_cmd(
     channel: Annotated[str | None, typer.Argument()] = None,
+    dead: Annotated[bool, typer.Option("--dead", help="list dead-lettered replies instead")] = False,
+    requeue_dead: Annotated[
+        bool, typer.Option("--requeue-dead", help="put dead-lettered replies back, with fresh attempts")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Replies waiting for delivery."""
+    """Replies waiting for delivery (leased ones included), and how many were dead-lettered."""
     settings = _ready()
-    rows = Database(settings.paths.db).run(outbox.waiting, channel)
+    db = Database(settings.paths.db)
+    if requeue_dead:
+        requeued = delivery.requeue_dead(db, settings, None)
+        _say(f"requeued {len(requeued)} dead-lettered reply(ies)")
+        return
+    if dead:
+        rows = [r for r in delivery.dead_letters(db) if channel in (None, r["channel"])]
+    else:
+        rows = delivery.waiting(db, settings, channel)
     if as_json:
-        _print_json(
-            [
-                {
-                    "id": r["id"],
-                    "channel": r["channel"],
-                    "text": r["text"],
-                    "reply_to": r["reply_to"],
-                    "created_at": r["created_at"].isoformat() + "Z",
-                }
-                for r in rows
-            ]
-        )
+        _print_json(rows)
         return
     for r in rows:
         out.print(f"#{r['id']} [bold]{r['channel']}[/] ← #{r['reply_to']}: ", end="")
-        _say(r["text"])
+        _say(r["text"] + (f"  (dead: {r['error']})" if dead else ""))
+    dead_count = delivery.counts(db, settings)["dead_lettered"]
     if not rows:
-        out.print("outbox is empty")
+        out.print("no dead-lettered replies" if dead else "outbox is empty")
+    if dead_count and not dead:
+        _say(f"{dead_count} dead-lettered reply(ies): `cortex outbox --dead` lists them", err)
 
 
 @app.command()
@@ -726,22 +733,96 @@ def chat() -> None:
             _say(f"cortex> {answer}")
 
 
+PortOption = Annotated[int | None, typer.Option(help="gateway port (default CORTEX_GATEWAY_PORT, 7751)")]
+
+
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="port for the UI")] = 3000,
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+    gateway_port: PortOption = None,
 ) -> None:
-    """Start the Dagster UI and daemon for this CORTEX_HOME (Ctrl-C stops both)."""
+    """Start the Dagster UI and daemon for this CORTEX_HOME, and, when CORTEX_INGEST_API_KEY is set,
+    the gateway with every configured connector (Ctrl-C stops them all)."""
+    from cortex_pipelines.processes import Supervised
+
     settings = _ready()
     workspace = settings.paths.dagster_workspace
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
     _say(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})")
+    gateway = None
+    if settings.ingest_api_key is not None:
+        serve_cmd = [sys.executable, "-m", "cortex_pipelines.cli", "serve"]
+        serve_cmd += ["--port", str(gateway_port or settings.gateway_port)]
+        gateway = Supervised("gateway", serve_cmd, dagster_env(settings), lambda line: _say(line, err))
+        gateway.start()
+    else:
+        _say("gateway: not started (set CORTEX_INGEST_API_KEY to run it)")
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
     try:
-        raise typer.Exit(proc.wait())
+        code = proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
-        raise typer.Exit(proc.wait()) from None
+        code = proc.wait()
+    finally:
+        if gateway is not None:
+            gateway.stop(60.0)
+    raise typer.Exit(code)
+
+
+MIN_KEY_CHARS = 16
+
+
+def _gateway_settings() -> Settings:
+    settings = _ready()
+    if settings.ingest_api_key is None or not settings.ingest_api_key.get_secret_value().strip():
+        _fail("CORTEX_INGEST_API_KEY is not set; the gateway never serves without a key")
+    if len(settings.ingest_api_key.get_secret_value()) < MIN_KEY_CHARS:
+        _fail(f"CORTEX_INGEST_API_KEY is shorter than {MIN_KEY_CHARS} characters; use a random one")
+    return settings
+
+
+@app.command()
+def serve(port: PortOption = None) -> None:
+    """The HTTP gateway on 127.0.0.1 and every configured connector, in the foreground; SIGTERM drains."""
+    from cortex_pipelines.connectors.telegram import setup_problem
+    from cortex_pipelines.gateway.serve import serve as run_gateway
+
+    settings = _gateway_settings()
+    if settings.telegram_token is not None and (problem := setup_problem(settings)):
+        _fail(problem)
+    run_gateway(settings, port or settings.gateway_port, _say)
+
+
+connect_app = typer.Typer(no_args_is_help=True, help="Run a connector in the foreground.")
+app.add_typer(connect_app, name="connect")
+
+
+@connect_app.command("telegram")
+def connect_telegram(
+    port: PortOption = None,
+    parent_pid: Annotated[
+        int | None, typer.Option(hidden=True, help="stop when this process is gone")
+    ] = None,
+) -> None:
+    """The Telegram connector: your bot's messages go in, Cortex's replies go out (SIGTERM drains)."""
+    import asyncio
+
+    from cortex_pipelines.connectors import telegram
+
+    settings = _gateway_settings()
+    problem = telegram.setup_problem(settings)
+    if problem:
+        _fail(problem)
+    url = f"http://127.0.0.1:{port or settings.gateway_port}"
+    connector = telegram.TelegramConnector(settings, url, lambda line: _say(line, err), parent_pid)
+    try:
+        asyncio.run(connector.run())
+    except telegram.Fatal as exc:
+        _fail(str(exc))
+    except telegram.Unavailable as exc:
+        _fail(str(exc), code=1)
 
 
 @app.command()

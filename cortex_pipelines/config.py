@@ -174,6 +174,14 @@ class Settings(BaseSettings):
     max_text_bytes: int = Field(64 * 1024, ge=1)
     max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
 
+    # The HTTP gateway (`cortex serve`) and its connectors
+    ingest_api_key: SecretStr | None = Field(None, description="the gateway's bearer key; no key, no gateway")
+    gateway_port: int = Field(7751, ge=1, le=65535)
+    outbox_lease_seconds: float = Field(60.0, gt=0)
+    outbox_max_attempts: int = Field(10, ge=1)
+    telegram_token: SecretStr | None = None
+    telegram_api_base: str = "https://api.telegram.org"
+
     # Stores
     backup_keep: int = Field(7, ge=1, description="DuckDB backups kept in $CORTEX_HOME/backups")
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import tomlkit  # edits config.toml without losing comments
 
+from cortex_pipelines import delivery
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
-from cortex_pipelines.storage import Database, bus, outbox, usage
+from cortex_pipelines.storage import Database, bus, usage
 from cortex_pipelines.storage.facts import tier_counts
 from cortex_pipelines.storage.published import BULLETIN, published_row
 from cortex_pipelines.storage.session import channel_states, pins
@@ -75,7 +76,7 @@ def status(settings: Settings) -> dict:
         "home": str(settings.home),
         "bus": db.run(bus.counts),
         "channels": {name: settings.mode_for(name) for name in channels},
-        "outbox": {"waiting": len(db.run(outbox.waiting))},
+        "outbox": delivery.counts(db, settings),
         "memory": {
             "hot": tiers["hot"],
             "cold": tiers["cold"],

@@ -1,4 +1,5 @@
-"""Is the process that claimed something still the same live process?
+"""Child processes: is the process that claimed something still the same live process, and the
+long-running children of `cortex serve` and `cortex dev` (stopped gently, restarted when they die).
 
 A SIGKILLed run leaves its pid behind in a lease row or a Dagster event. `os.kill(pid, 0)` is not
 enough to tell it is gone: a killed child that its parent has not reaped is a zombie that still
@@ -6,6 +7,12 @@ answers, and after a while the pid can belong to a new, unrelated process.
 """
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
 
 import psutil
 
@@ -26,3 +33,59 @@ def alive(pid: int, claimed_at: float | None = None) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within `grace_s`. Returns its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+BAD_INPUT = 2  # a `cortex` command's exit status for bad input or configuration
+
+
+class Supervised:
+    """A child process kept running, restarted with growing pauses when it exits, until stopped (a
+    connector whose network dropped must not take the gateway down, nor stay down)."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], say: Callable[[str], None]):
+        self.name, self.cmd, self.env, self.say = name, cmd, env, say
+        self.proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._keep, name=f"supervise-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _keep(self) -> None:
+        pause = 1.0
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self.proc = subprocess.Popen(self.cmd, env=self.env)
+                started = time.monotonic()
+            code = self.proc.wait()
+            if self._stopping.is_set():
+                return
+            if code == BAD_INPUT:
+                self.say(f"{self.name} exited with status {code} (bad configuration); not restarting")
+                return
+            pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 60.0)
+            self.say(f"{self.name} exited with status {code}; restarting in {pause:.0f} s")
+            if self._stopping.wait(pause):
+                return
+
+    def stop(self, grace_s: float) -> None:
+        with self._lock:
+            self._stopping.set()
+            proc = self.proc
+        if proc is not None:
+            stop(proc, grace_s)
+        self._thread.join(grace_s)

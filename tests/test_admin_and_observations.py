@@ -21,12 +21,12 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.observations import observe
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.vectors import vector_store
 from tests.conftest import drop, msg
+from tests.support.scripted_llm import ScriptedClient
 from tests.test_cli import _argv, _env, cortex
 
 

@@ -11,9 +11,9 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.storage import bus, outbox
 from tests.conftest import drop, msg
+from tests.support.scripted_llm import ScriptedClient
 
 
 def _queue(settings, db, *messages):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, materialize
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster_graphql.test.utils import define_out_of_process_context, materialize_assets
 
@@ -15,16 +15,17 @@ from cortex_pipelines.definitions import defs
 from cortex_pipelines.ingest.inbox import ingest_inbox, ingest_path
 from cortex_pipelines.lanes import BrainLaneRunCoordinator
 from cortex_pipelines.llm.base import LLMError, ToolCall
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import bus
 from cortex_pipelines.storage.bus import requeue_failed
 from tests.conftest import drop, msg
+from tests.support.scripted_llm import ScriptedClient, scripted_resources
+from tests.support.sensors import evaluate
 
 
-def test_every_asset_has_group_description_kind_owner_and_code_version():
+def test_every_asset_has_group_description_kind_owner_code_version_and_automation():
     graph = defs.resolve_asset_graph()
     groups = set()
     for key in graph.get_all_asset_keys():
@@ -35,10 +36,12 @@ def test_every_asset_has_group_description_kind_owner_and_code_version():
         assert node.kinds
         if key.to_user_string() != "bus_messages":
             assert node.code_version
+        # sensors answer messages; everything after them runs on its automation condition
+        assert (node.automation_condition is None) == (node.group_name in ("ingest", "brain"))
     assert groups == {"ingest", "brain", "memory", "publish"}
-    for name in ("maintenance_job", "rebuild_memory_job", "publish_job", "process_messages"):
+    for name in ("rebuild_memory_job", "process_messages", "cortex_main"):
         assert defs.resolve_job_def(name) is not None
-    assert {s.name for s in defs.schedules} >= {"publish_job_schedule", "maintenance_job_schedule"}
+    assert not defs.schedules
 
 
 def test_failed_messages_turn_the_check_red_until_retried(settings, db):
@@ -47,7 +50,7 @@ def test_failed_messages_turn_the_check_red_until_retried(settings, db):
     ingest_inbox(s, db)
     Brain(db, s, ScriptedClient(LLMError("HTTP 500"))).drain()
     assert db.run(bus.counts)["failed"] == 1
-    resources = {"cortex": CortexResource(home=str(settings.home))}
+    resources = cortex_resources(str(settings.home))
     session = [a for a in ALL_ASSETS if a.key.path[0] == "session_messages"]
     check = [c for c in ALL_CHECKS if "no_failed_messages" in str(c.check_keys)]
     with DagsterInstance.ephemeral() as instance:
@@ -70,7 +73,7 @@ def test_rebuild_memory_job_re_embeds_everything(settings, db, tmp_path):
         )
     )
     ingest_path(path, settings, db, history=True)
-    resources = {"cortex": CortexResource(home=str(settings.home))}
+    resources = cortex_resources(str(settings.home))
     with DagsterInstance.ephemeral() as instance:
         assert materialize(
             [a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory", "extracted_facts")],
@@ -94,16 +97,10 @@ def test_the_run_log_has_a_line_per_message_and_every_tool_call_in_full(settings
     ingest_inbox(settings, db)
     saved = {"text": "Maya's sister Ana lives in Porto.", "category": "identity"}
     llm = ScriptedClient(ToolCall("t1", "memory_save", saved), "Noted: Ana lives in Porto.", "x" * 500)
-
-    class ScriptedCortex(CortexResource):
-        def llm(self, purpose: str = "reply"):
-            return llm
-
     session = [a for a in ALL_ASSETS if a.key.path[0] == "session_messages"]
+    resources = scripted_resources(str(settings.home), llm)
     with DagsterInstance.ephemeral() as instance:
-        result = materialize(
-            session, instance=instance, resources={"cortex": ScriptedCortex(home=str(settings.home))}
-        )
+        result = materialize(session, instance=instance, resources=resources)
         assert result.success
         logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
     (tool_result,) = [b for b in llm.requests[1].messages[-1]["content"] if b.get("type") == "tool_result"]
@@ -138,11 +135,8 @@ def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
 
 def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings):
     drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
-    resources = {"cortex": CortexResource(home=str(settings.home))}
     with DagsterInstance.ephemeral() as instance:
-        first = inbox_sensor(
-            build_sensor_context(instance=instance, resources=resources, sensor_name="inbox_sensor")
-        )
+        first = evaluate(inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor")
         (request,) = first.run_requests
         run = instance.add_run(  # the run Dagster made of that request, ended with the message still waiting
             DagsterRun(
@@ -151,10 +145,8 @@ def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings
                 tags={RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
             )
         )
-        again = inbox_sensor(
-            build_sensor_context(
-                instance=instance, resources=resources, sensor_name="inbox_sensor", cursor=first.cursor
-            )
+        again = evaluate(
+            inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
         )
     assert not again.run_requests
     assert again.skip_reason.skip_message == (

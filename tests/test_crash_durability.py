@@ -27,10 +27,10 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.storage import Database, bus
 from tests.crash_worker import EXPORT_POINTS, KILL_POINTS, MID_MESSAGE, run_worker
 from tests.support.durability import assert_durable, fetch_all, outbox_files
+from tests.support.scripted_llm import ScriptedClient
 
 pytestmark = pytest.mark.slow
 

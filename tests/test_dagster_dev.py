@@ -23,6 +23,7 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path):
         sensors = wait_for(lambda: graphql(port, SENSORS), 60, "sensor list")
         states = {s["name"]: s["sensorState"]["status"] for s in sensors["data"]["sensorsOrError"]["results"]}
         assert states["inbox_sensor"] == "RUNNING" and states["memory_sensor"] == "RUNNING"
+        assert states["automation_sensor"] == "RUNNING"  # runs the memory and publish assets
 
         sent_at = time.time()
         cli("send", "webchat", "hello from the test", env=env)

@@ -24,7 +24,7 @@ from cortex_pipelines.memory.maintenance import (
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
 from cortex_pipelines.memory.recall import note_use, recall
 from cortex_pipelines.memory.vectors import EPISODIC, SCHEMAS, SEMANTIC, VectorStore
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.facts import FactDraft
@@ -368,7 +368,7 @@ def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db,
         ("telegram", "I prefer green tea in the morning."),
         ("webchat", "My goal is to run a half marathon in April."),
     )
-    resources = {"cortex": CortexResource(home=str(settings.home))}
+    resources = cortex_resources(str(settings.home))
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
             [*ALL_ASSETS, *ALL_CHECKS],
@@ -406,7 +406,7 @@ def test_extracted_facts_shows_the_current_memory_and_the_turns_without_a_fact(s
         ("webchat", "lol"),
         ("webchat", "My goal is to run a half marathon in April."),
     )
-    resources = {"cortex": CortexResource(home=str(settings.home))}
+    resources = cortex_resources(str(settings.home))
     memory = [a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory", "extracted_facts")]
     with DagsterInstance.ephemeral() as instance:
         first = materialize(memory, instance=instance, resources=resources)

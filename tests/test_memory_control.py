@@ -21,7 +21,6 @@ from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.vectors import SEMANTIC, vector_store
@@ -30,6 +29,7 @@ from cortex_pipelines.storage.migrations import MIGRATIONS
 from cortex_pipelines.storage.published import bulletin_facts
 from cortex_pipelines.storage.session import append_owner_note
 from tests.conftest import drop
+from tests.support.scripted_llm import ScriptedClient
 from tests.test_cli import cortex
 
 DOORS = ["cli", "admin", "brain"]
@@ -490,7 +490,7 @@ def test_a_version_7_database_opens_with_hand_saved_importance_on_the_1_to_3_sca
     settings = load_settings(home)
     init_home(settings)
     db = Database(settings.paths.db)
-    assert db.schema_version() == 8
+    assert db.schema_version() == MIGRATIONS[-1][0]
     assert db.query("SELECT importance, categories, indexed_at IS NULL FROM facts ORDER BY id") == [
         (2.0, ["fact"], True),
         (3.0, ["observation"], True),

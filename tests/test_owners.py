@@ -8,13 +8,13 @@ import pytest
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import ConfigError, load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.harvest import harvest_drafts
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.vectors import VectorStore
 from cortex_pipelines.storage import ops as ops_store
 from tests.conftest import drop
+from tests.support.scripted_llm import ScriptedClient
 from tests.test_cli import cortex
 
 STRANGER_SAYS = [

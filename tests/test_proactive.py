@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance
 
 from cortex_pipelines import clock
 from cortex_pipelines.brain.loop import Brain
@@ -16,16 +16,16 @@ from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.instance import status
 from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.proactive import english, schedules
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.scheduler import scheduler
 from cortex_pipelines.sensors.supervision import supervision
 from cortex_pipelines.storage import bus, lease, outbox
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import schedules as schedule_store
 from tests.conftest import drop, msg
+from tests.support.scripted_llm import ScriptedClient
+from tests.support.sensors import evaluate
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -221,11 +221,10 @@ def test_supervision_sensor_requeues_and_asks_for_a_run(settings, db, monkeypatc
     ingest_inbox(settings, db)
     _claim(db)
     _at(monkeypatch, "2026-03-23T08:00:00+00:00")
-    resources = {"cortex": CortexResource(home=str(settings.home))}
     with DagsterInstance.ephemeral() as instance:
-        result = supervision(build_sensor_context(instance=instance, resources=resources))
+        result = evaluate(supervision, instance, str(settings.home))
         assert len(result.run_requests) == 1 and result.run_requests[0].tags["cortex/lane"] == "brain"
-        quiet = supervision(build_sensor_context(instance=instance, resources=resources))
+        quiet = evaluate(supervision, instance, str(settings.home))
     assert db.run(bus.counts)["pending"] == 1
     assert "all clear" in quiet.skip_message
 
@@ -236,12 +235,11 @@ def test_scheduler_sensor_fires_and_asks_for_a_run(settings, db, monkeypatch):
         description="water", action="Water the plants.", at="2026-03-23T09:00"
     )
     db.run(schedules.create, request, settings, now, "telegram")
-    resources = {"cortex": CortexResource(home=str(settings.home))}
     with DagsterInstance.ephemeral() as instance:
-        early = scheduler(build_sensor_context(instance=instance, resources=resources))
+        early = evaluate(scheduler, instance, str(settings.home))
         assert not early.run_requests
         _at(monkeypatch, "2026-03-23T09:00:30+00:00")  # the instance timezone is UTC
-        result = scheduler(build_sensor_context(instance=instance, resources=resources))
+        result = evaluate(scheduler, instance, str(settings.home))
     assert len(result.run_requests) == 1 and json.loads(result.cursor)["fired"] == 1
     assert [r["state"] for r in _cron_rows(db)] == ["pending"]
     assert db.run(schedule_store.active_schedules) == []  # a one-shot job is done after it fired

@@ -16,7 +16,7 @@ from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import status
 from cortex_pipelines.publish import boot
 from cortex_pipelines.publish.outputs import find_secrets, publish, redact
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.facts import FactDraft
@@ -56,7 +56,7 @@ def _materialize(settings, instance):
         [*ALL_ASSETS, *ALL_CHECKS],
         instance=instance,
         selection=MATERIALIZABLE,
-        resources={"cortex": CortexResource(home=str(settings.home))},
+        resources=cortex_resources(str(settings.home)),
     )
     assert result.success
     return result

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance
 
-from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.retention import turn_retention
+from tests.support.sensors import evaluate
 from tests.support.stores import files_holding, read_only
 from tests.test_cli import cortex
 
@@ -56,10 +56,9 @@ def test_expired_needs_the_ttl_and_takes_no_other_selector(tmp_path):
 
 
 def test_the_sensor_says_why_it_did_nothing(settings, monkeypatch):
-    resources = {"cortex": CortexResource(home=str(settings.home))}
     with DagsterInstance.ephemeral() as instance:
-        skipped = turn_retention(build_sensor_context(instance=instance, resources=resources))
+        skipped = evaluate(turn_retention, instance, str(settings.home))
         assert "turn retention is off" in skipped.skip_message
         monkeypatch.setenv("CORTEX_TURN_TTL_DAYS", "30")
-        skipped = turn_retention(build_sensor_context(instance=instance, resources=resources))
+        skipped = evaluate(turn_retention, instance, str(settings.home))
         assert "nothing older than 30 days" in skipped.skip_message

@@ -17,7 +17,6 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm import make_client
 from cortex_pipelines.llm.base import ToolCall
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.vectors import VectorStore
@@ -25,6 +24,7 @@ from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
 from tests.conftest import drop
 from tests.support.messages_server import text
+from tests.support.scripted_llm import ScriptedClient
 from tests.test_cli import cortex
 
 COMMON = sorted(t.name for t in COMMON_TOOLS + MEMORY_TOOLS)  # what the owner gets by default

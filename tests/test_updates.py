@@ -15,7 +15,6 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.llm.scripted import ScriptedClient
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.recall import recall
@@ -29,6 +28,7 @@ from cortex_pipelines.memory.vectors import vector_store
 from cortex_pipelines.storage import updates
 from cortex_pipelines.storage.facts import hot_for_floor
 from tests.conftest import drop, msg
+from tests.support.scripted_llm import ScriptedClient
 from tests.test_cli import cortex
 
 

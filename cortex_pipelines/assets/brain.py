@@ -12,7 +12,7 @@ from dagster import (
 
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.publish.safe import one_line
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
 from cortex_pipelines.storage import bus, lease, usage
 from cortex_pipelines.storage.session import count_turns
 
@@ -25,11 +25,15 @@ BRAIN_POOL = "cortex_brain"
     pool=BRAIN_POOL,
     kinds={"duckdb", "anthropic"},
     description="The one session across channels: every due message answered, strictly one at a time.",
+    # No automation condition: the inbox, scheduler and supervision sensors request these runs.
+    # Bump code_version when answering changes.
+    code_version="3",
 )
-def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    settings = cortex.settings()
-    db = cortex.database()
-    brain = Brain(db, settings, cortex.llm(), log=context.log.info)
+def session_messages(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
+) -> MaterializeResult:
+    db = database.get()
+    brain = Brain(db, settings.get(), llm.client(), log=context.log.info)
     try:
         report = brain.drain()
     except lease.BrainBusy as busy:
@@ -59,8 +63,8 @@ def session_messages(context: AssetExecutionContext, cortex: CortexResource) -> 
     asset=session_messages,
     description="Red while any message failed for good; `cortex retry` puts them back in the queue.",
 )
-def no_failed_messages(cortex: CortexResource) -> AssetCheckResult:
-    db = cortex.database()
+def no_failed_messages(database: DatabaseResource) -> AssetCheckResult:
+    db = database.get()
     failed = db.run(bus.latest_failures, 20)
     preview = "\n".join(f"- #{f['id']} {f['channel']}: {one_line(f['error'] or '', 300)}" for f in failed)
     return AssetCheckResult(

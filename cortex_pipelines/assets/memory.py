@@ -1,7 +1,9 @@
 """Memory assets: thin Dagster definitions over cortex_pipelines.memory.
 
 All of them share the `cortex_memory` pool (limit 1 in the shipped dagster.yaml), so LanceDB has
-one writer at a time; each reads what changed since its cursor and does nothing otherwise.
+one writer at a time; each reads what changed since its cursor and does nothing otherwise. Each
+says when it runs (cortex_pipelines/automation.py) and why. Bump an asset's code_version when its
+logic (here or in the module it calls) changes what it produces, so the UI marks it changed.
 """
 
 from dagster import (
@@ -13,13 +15,30 @@ from dagster import (
     asset_check,
 )
 
+from cortex_pipelines.automation import (
+    DAILY,
+    EVERY_6_HOURS,
+    HOURLY,
+    WEEKLY,
+    WITHIN_1_TO_2_MONTHS,
+    WITHIN_3_TO_6_HOURS,
+    WITHIN_3_TO_6_MONTHS,
+    after_input,
+    on_new_input,
+)
 from cortex_pipelines.memory import cockpit
 from cortex_pipelines.memory.compaction import compact_idle_channels
 from cortex_pipelines.memory.harvest import harvest_ops
 from cortex_pipelines.memory.maintenance import evict_to_cold, maintain
 from cortex_pipelines.memory.observations import observe
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes_for_recall
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import (
+    DatabaseResource,
+    EmbedderResource,
+    LLMResource,
+    SettingsResource,
+    VectorsResource,
+)
 from cortex_pipelines.storage import facts
 
 MEMORY_POOL = "cortex_memory"
@@ -30,26 +49,43 @@ _common = {"group_name": "memory", "pool": MEMORY_POOL}
     deps=["session_messages"],
     kinds={"lancedb", "sentence-transformers"},
     description="Every session message embedded into LanceDB (episodic memory), resumable by cursor.",
+    # Turns are embedded as they are recorded; this is the backfill: new turns only.
+    automation_condition=on_new_input(EVERY_6_HOURS),
+    code_version="2",
     **_common,
 )
-def episodic_memory(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, vectors = cortex.database(), cortex.vectors()
-    added = index_episodes_for_recall(db, vectors, cortex.embedder(), cortex.settings(), log=context.log.info)
-    return MaterializeResult(metadata={"indexed": added, **cockpit.memory_sizes(db, vectors)})
+def episodic_memory(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+    embedder: EmbedderResource,
+) -> MaterializeResult:
+    db, store = database.get(), vectors.get()
+    added = index_episodes_for_recall(db, store, embedder.get(), settings.get(), log=context.log.info)
+    return MaterializeResult(metadata={"indexed": added, **cockpit.memory_sizes(db, store)})
 
 
 @asset(
     deps=["session_messages"],
     kinds={"duckdb", "lancedb", "anthropic"},
     description="Typed facts extracted from new user turns, deduplicated at write time (hot memory).",
+    # LLM-backed and only new turns matter; memory_sensor extracts sooner when enough turns wait.
+    automation_condition=on_new_input(EVERY_6_HOURS),
+    code_version="2",
     **_common,
 )
-def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, vectors, settings = cortex.database(), cortex.vectors(), cortex.settings()
-    report = extract_new_facts(
-        db, vectors, cortex.embedder(), settings, cortex.memory_llm(), log=context.log.info
-    )
-    current = cockpit.current_memory(db, settings)
+def extracted_facts(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+    embedder: EmbedderResource,
+    llm: LLMResource,
+) -> MaterializeResult:
+    db, store, config = database.get(), vectors.get(), settings.get()
+    report = extract_new_facts(db, store, embedder.get(), config, llm.memory_client(), log=context.log.info)
+    current = cockpit.current_memory(db, config)
     return MaterializeResult(
         metadata={
             "turns_read": report.turns_read,
@@ -59,7 +95,7 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
             "llm_calls": report.llm_calls,
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,
-            **cockpit.memory_sizes(db, vectors),
+            **cockpit.memory_sizes(db, store),
             "preview": MetadataValue.md(cockpit.new_facts(db, report.new)),
             "current_facts": current.facts,
             "current_memory": MetadataValue.md(current.table),
@@ -72,10 +108,17 @@ def extracted_facts(context: AssetExecutionContext, cortex: CortexResource) -> M
     deps=["session_messages"],
     kinds={"duckdb", "anthropic", "markdown"},
     description="Idle foreground channels summarized (rolling per topic) and demoted to background.",
+    # A channel becomes idle when its input stops (compaction_idle_minutes, 60 by default), so this
+    # keeps its hourly tick for 3 to 6 hours after the last turn. A run with no idle channel makes
+    # no LLM call.
+    automation_condition=after_input(HOURLY, WITHIN_3_TO_6_HOURS),
+    code_version="1",
     **_common,
 )
-def channel_summaries(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    report = compact_idle_channels(cortex.database(), cortex.settings(), cortex.memory_llm())
+def channel_summaries(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
+) -> MaterializeResult:
+    report = compact_idle_channels(database.get(), settings.get(), llm.memory_client())
     return MaterializeResult(
         metadata={
             "compacted_channels": len(report.compacted),
@@ -90,25 +133,43 @@ def channel_summaries(context: AssetExecutionContext, cortex: CortexResource) ->
     deps=["extracted_facts"],
     kinds={"duckdb", "lancedb"},
     description="Stale hot facts (old, rarely used) moved to LanceDB-only cold storage.",
+    # Facts go cold by age (cold_after_days, 14 by default), with no new input: the weekly tick
+    # keeps firing for one to two months after extraction last ran. No LLM.
+    automation_condition=after_input(WEEKLY, WITHIN_1_TO_2_MONTHS),
+    code_version="1",
     **_common,
 )
-def cold_memory(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, vectors = cortex.database(), cortex.vectors()
-    evicted = evict_to_cold(db, vectors, cortex.settings())
+def cold_memory(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+) -> MaterializeResult:
+    db, store = database.get(), vectors.get()
+    evicted = evict_to_cold(db, store, settings.get())
     if evicted:
         context.log.info(f"evicted {len(evicted)} fact(s) to cold storage: {evicted[:20]}")
-    return MaterializeResult(metadata={"evicted": len(evicted), **cockpit.memory_sizes(db, vectors)})
+    return MaterializeResult(metadata={"evicted": len(evicted), **cockpit.memory_sizes(db, store)})
 
 
 @asset(
     deps=["session_messages"],
     kinds={"duckdb", "lancedb"},
     description="Results of delegated work turned into facts; ops marked gardened, archived after 7 days.",
+    # Results arrive as messages; archiving what aged can wait for the next one. No LLM.
+    automation_condition=on_new_input(EVERY_6_HOURS),
+    code_version="1",
     **_common,
 )
-def harvested_ops(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db = cortex.database()
-    report = harvest_ops(db, cortex.vectors(), cortex.embedder(), cortex.settings())
+def harvested_ops(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+    embedder: EmbedderResource,
+) -> MaterializeResult:
+    db = database.get()
+    report = harvest_ops(db, vectors.get(), embedder.get(), settings.get())
     return MaterializeResult(
         metadata={
             "harvested_ops": len(report.op_ids),
@@ -123,11 +184,22 @@ def harvested_ops(context: AssetExecutionContext, cortex: CortexResource) -> Mat
     deps=["extracted_facts", "harvested_ops"],
     kinds={"duckdb", "lancedb"},
     description="Daily upkeep: bounded decay (identity exempt), prune, merge, consolidate, optimize.",
+    # Decay is one step per run for facts unused for decay_after_days (30); about 45 more steps
+    # take an unused fact below prune_threshold. So the daily tick keeps firing for three to six
+    # months after extraction or harvest last ran, then stops. No LLM.
+    automation_condition=after_input(DAILY, WITHIN_3_TO_6_MONTHS),
+    code_version="1",
     **_common,
 )
-def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    db, vectors = cortex.database(), cortex.vectors()
-    report = maintain(db, vectors, cortex.embedder(), cortex.settings())
+def memory_maintenance(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+    embedder: EmbedderResource,
+) -> MaterializeResult:
+    db, store = database.get(), vectors.get()
+    report = maintain(db, store, embedder.get(), settings.get())
     return MaterializeResult(
         metadata={
             "decayed": report.decayed,
@@ -135,7 +207,7 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
             "merged": len(report.merged),
             "consolidated": len(report.consolidated),
             "resynced": report.resynced,
-            **cockpit.memory_sizes(db, vectors),
+            **cockpit.memory_sizes(db, store),
         }
     )
 
@@ -145,12 +217,20 @@ def memory_maintenance(context: AssetExecutionContext, cortex: CortexResource) -
     kinds={"duckdb", "lancedb", "anthropic"},
     description="Repeated behaviour over the last active week (topics, places, timezones, active hours) "
     "saved as observation memories with their sources.",
+    # The week is the last *active* week, so nothing changes without new facts. LLM-backed.
+    automation_condition=on_new_input(DAILY),
+    code_version="1",
     **_common,
 )
-def observations(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    report = observe(
-        cortex.database(), cortex.vectors(), cortex.embedder(), cortex.settings(), cortex.memory_llm()
-    )
+def observations(
+    context: AssetExecutionContext,
+    settings: SettingsResource,
+    database: DatabaseResource,
+    vectors: VectorsResource,
+    embedder: EmbedderResource,
+    llm: LLMResource,
+) -> MaterializeResult:
+    report = observe(database.get(), vectors.get(), embedder.get(), settings.get(), llm.memory_client())
     return MaterializeResult(
         metadata={
             "observations": len(report.found),
@@ -164,27 +244,27 @@ def observations(context: AssetExecutionContext, cortex: CortexResource) -> Mate
 
 
 @asset_check(asset=extracted_facts, description="No two active facts share a normalized text.")
-def no_duplicate_facts(cortex: CortexResource) -> AssetCheckResult:
-    groups = cortex.database().run(facts.duplicate_groups)
+def no_duplicate_facts(database: DatabaseResource) -> AssetCheckResult:
+    groups = database.get().run(facts.duplicate_groups)
     return AssetCheckResult(passed=not groups, metadata={"duplicate_groups": groups})
 
 
 @asset_check(asset=extracted_facts, description="Every active fact names the messages it came from.")
-def facts_have_sources(cortex: CortexResource) -> AssetCheckResult:
-    orphans = cortex.database().run(facts.active_without_sources)
+def facts_have_sources(database: DatabaseResource) -> AssetCheckResult:
+    orphans = database.get().run(facts.active_without_sources)
     return AssetCheckResult(passed=orphans == 0, metadata={"facts_without_sources": orphans})
 
 
 @asset_check(asset=extracted_facts, description="Hot memory stays within its cap.")
-def hot_memory_within_cap(cortex: CortexResource) -> AssetCheckResult:
-    hot = cortex.database().run(facts.tier_counts)["hot"]
-    cap = cortex.settings().hot_cap
+def hot_memory_within_cap(settings: SettingsResource, database: DatabaseResource) -> AssetCheckResult:
+    hot = database.get().run(facts.tier_counts)["hot"]
+    cap = settings.get().hot_cap
     return AssetCheckResult(passed=hot <= cap, metadata={"hot": hot, "cap": cap})
 
 
 @asset_check(asset=extracted_facts, description="LanceDB's semantic table agrees with DuckDB.")
-def lancedb_agrees_with_duckdb(cortex: CortexResource) -> AssetCheckResult:
-    missing, stale = cockpit.semantic_drift(cortex.database(), cortex.vectors())
+def lancedb_agrees_with_duckdb(database: DatabaseResource, vectors: VectorsResource) -> AssetCheckResult:
+    missing, stale = cockpit.semantic_drift(database.get(), vectors.get())
     return AssetCheckResult(
         passed=not missing and not stale,
         metadata={"missing_in_lancedb": missing, "stale_in_lancedb": stale},

@@ -2,7 +2,9 @@
 
 Each file asset returns its markdown as a preview; files are rewritten only when their content
 changes, so they stay byte-identical across idle runs. A file that could not be written shows
-`written: false` and turns its `<name>_written` check red, with the reason.
+`written: false` and turns its `<name>_written` check red, with the reason. Each says when it runs
+(cortex_pipelines/automation.py); bump an asset's code_version when its logic changes what it
+produces.
 """
 
 from pathlib import Path
@@ -18,11 +20,12 @@ from dagster import (
     asset_check,
 )
 
+from cortex_pipelines.automation import DAILY, HOURLY, WITHIN_3_TO_7_DAYS, after_input, on_new_input
 from cortex_pipelines.config import Paths
 from cortex_pipelines.publish import boot, bulletin, conversation, narrative
 from cortex_pipelines.publish.outputs import Published, find_secrets
 from cortex_pipelines.publish.safe import one_line
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
 
 _group = {"group_name": "publish"}
 PREVIEW_CHARS = 12000
@@ -69,10 +72,15 @@ def _file_result(context: AssetExecutionContext, result: Published) -> Materiali
     description=(
         "Conversation threads (seed 003): detected, matched, closed, pruned after 7 days, capped at 50."
     ),
+    # Pruning happens as new turns are folded in, so only new turns matter.
+    automation_condition=on_new_input(HOURLY),
+    code_version="1",
     **_group,
 )
-def threads(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    update = conversation.track_threads(cortex.database(), cortex.settings())
+def threads(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource
+) -> MaterializeResult:
+    update = conversation.track_threads(database.get(), settings.get())
     open_ = [t for t in update.threads if t.status == "open"]
     table = "\n".join(
         ["| status | priority | thread | mood |", "|---|---|---|---|"]
@@ -97,10 +105,14 @@ def threads(context: AssetExecutionContext, cortex: CortexResource) -> Materiali
     description=(
         "Decisions said in conversation (EN/DE patterns), with inferred impact and a 24 h dedupe window."
     ),
+    automation_condition=on_new_input(HOURLY),
+    code_version="1",
     **_group,
 )
-def decisions(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    found = (update := conversation.track_decisions(cortex.database(), cortex.settings())).found
+def decisions(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource
+) -> MaterializeResult:
+    found = (update := conversation.track_decisions(database.get(), settings.get())).found
     table = "\n".join(
         ["| when | impact | what |", "|---|---|---|"]
         + [f"| {d.decided_at:%Y-%m-%d %H:%M} | {d.impact} | {one_line(d.what, 120)} |" for d in found]
@@ -122,10 +134,15 @@ def decisions(context: AssetExecutionContext, cortex: CortexResource) -> Materia
         "out/narrative.md: the last 24 h of activity — threads, decisions, delegated work, timeline."
     ),
     check_specs=[_written_check("narrative")],
+    # Its 24 hours end at the last user activity, not now: only new input changes it.
+    automation_condition=on_new_input(HOURLY),
+    code_version="1",
     **_group,
 )
-def narrative_file(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    result = narrative.write_narrative(cortex.database(), cortex.settings())
+def narrative_file(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource
+) -> MaterializeResult:
+    result = narrative.write_narrative(database.get(), settings.get())
     if result is None:
         return MaterializeResult(
             metadata={"skipped": "no conversation yet"},
@@ -143,10 +160,15 @@ def narrative_file(context: AssetExecutionContext, cortex: CortexResource) -> Ma
     kinds={"markdown", "anthropic"},
     description=("out/memory_bulletin.md: identity, events, goals, decisions, preferences in ~500 words."),
     check_specs=[_written_check("memory_bulletin")],
+    # LLM-backed: only when memory changed (and then only if the typed render did).
+    automation_condition=on_new_input(HOURLY),
+    code_version="1",
     **_group,
 )
-def memory_bulletin(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    result = bulletin.refresh(cortex.database(), cortex.settings(), cortex.memory_llm(), context.log.warning)
+def memory_bulletin(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
+) -> MaterializeResult:
+    result = bulletin.refresh(database.get(), settings.get(), llm.memory_client(), context.log.warning)
     return _file_result(context, result)
 
 
@@ -158,19 +180,25 @@ def memory_bulletin(context: AssetExecutionContext, cortex: CortexResource) -> M
         "within 16000 characters."
     ),
     check_specs=[_written_check("boot_context")],
+    # Hourly when an input changed. It also warns after two days without activity, which no input
+    # announces: a daily refresh (in the maintenance run) for three to seven days after its inputs
+    # last changed writes that line. The file is rewritten only when a line changed. No LLM.
+    automation_condition=on_new_input(HOURLY) | after_input(DAILY, WITHIN_3_TO_7_DAYS),
+    code_version="1",
     **_group,
 )
-def boot_context(context: AssetExecutionContext, cortex: CortexResource) -> MaterializeResult:
-    return _file_result(context, boot.write_boot_context(cortex.database(), cortex.settings()))
+def boot_context(
+    context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource
+) -> MaterializeResult:
+    return _file_result(context, boot.write_boot_context(database.get(), settings.get()))
 
 
 @asset_check(asset=boot_context, description="BOOTSTRAP.md stays within its character budget.")
-def boot_within_budget(cortex: CortexResource) -> AssetCheckResult:
-    settings = cortex.settings()
-    path = settings.paths.bootstrap
-    chars = len(path.read_text()) if path.is_file() else 0
+def boot_within_budget(settings: SettingsResource) -> AssetCheckResult:
+    config = settings.get()
+    chars = len(config.paths.bootstrap.read_text()) if config.paths.bootstrap.is_file() else 0
     return AssetCheckResult(
-        passed=chars <= settings.boot_max_chars, metadata={"chars": chars, "budget": settings.boot_max_chars}
+        passed=chars <= config.boot_max_chars, metadata={"chars": chars, "budget": config.boot_max_chars}
     )
 
 
@@ -178,8 +206,8 @@ def boot_within_budget(cortex: CortexResource) -> AssetCheckResult:
     asset=memory_bulletin,
     description="The bulletin was confirmed current within its refresh interval (plus 15 minutes of slack).",
 )
-def bulletin_fresh(cortex: CortexResource) -> AssetCheckResult:
-    fresh = bulletin.freshness(cortex.database(), cortex.settings())
+def bulletin_fresh(settings: SettingsResource, database: DatabaseResource) -> AssetCheckResult:
+    fresh = bulletin.freshness(database.get(), settings.get())
     return AssetCheckResult(
         passed=fresh.current,
         severity=AssetCheckSeverity.WARN,
@@ -193,10 +221,10 @@ def _no_secrets_check(asset_def, name: str):
         name=f"{name}_has_no_secrets",
         description=f"{FILE_NAMES[name]} carries no API key or secret-like string.",
     )
-    def check(cortex: CortexResource) -> AssetCheckResult:
-        settings = cortex.settings()
-        path = settings.paths.published[name]
-        found = find_secrets(path.read_text(), settings) if path.is_file() else []
+    def check(settings: SettingsResource) -> AssetCheckResult:
+        config = settings.get()
+        path = config.paths.published[name]
+        found = find_secrets(path.read_text(), config) if path.is_file() else []
         return AssetCheckResult(passed=not found, metadata={"findings": len(found)})
 
     return check

@@ -356,7 +356,7 @@ class Brain:
         reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta)
         for target in routed.delivered:
             if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
-                outbox.add(con, msg.id, target, output.text)
+                outbox.add(con, msg.id, target, output.text, sorted(self.settings.owner_ids(target)))
         ops_store.acknowledge(con, context.shown_op_ids)
         bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_channel_read(con, msg.channel)

@@ -34,7 +34,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.files import NAME_MAX, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.storage import Database
-from cortex_pipelines.storage.bus import enqueue_rows
+from cortex_pipelines.storage.bus import enqueue_one, enqueue_rows
 from cortex_pipelines.storage.session import import_history
 
 SUFFIXES = (".json", ".jsonl")
@@ -94,7 +94,8 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in raw)
 
 
-def _decode_values(path: Path, data: bytes) -> list[object]:
+def decode_values(data: bytes, jsonl: bool) -> list[object]:
+    """The JSON values of a file or request body: one, or one per line of a .jsonl."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -104,7 +105,7 @@ def _decode_values(path: Path, data: bytes) -> list[object]:
     if not text.strip():
         raise EnvelopeError("file is empty")
     try:
-        if path.suffix == ".jsonl":
+        if jsonl:
             values = []
             # Only "\n" ends a line: U+2028, \x85 and the like are valid inside a JSON string.
             for n, line in enumerate(text.split("\n"), 1):
@@ -150,7 +151,7 @@ def read_file(
         data = fh.read(settings.max_file_bytes + 1)
     now = clock.now()
     rows = []
-    for n, value in enumerate(_decode_values(path, data), 1):
+    for n, value in enumerate(decode_values(data, path.suffix == ".jsonl"), 1):
         try:
             rows.append(validate(value, settings, now, folder_channel))
         except EnvelopeError as exc:
@@ -353,3 +354,11 @@ def ingest_path(path: Path, settings: Settings, db: Database, history: bool = Fa
             result = db.run(enqueue_rows, rows, f"import:{printable(file.name)}")
         outcome.accepted, outcome.duplicates = len(result.inserted), result.duplicates
     return report
+
+
+def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -> tuple[int, bool]:
+    """One JSON envelope from a connector (the gateway's POST /ingest): the inbox's validation and
+    error texts, the same idempotent insert. Returns (bus id, duplicate); raises EnvelopeError."""
+    (value,) = decode_values(data, jsonl=False)
+    row = validate(value, settings, clock.now(), folder_channel=None)
+    return db.run(enqueue_one, row, source)

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.proactive import schedules
-from cortex_pipelines.storage import bus, lease, utcnow
+from cortex_pipelines.storage import bus, lease, outbox, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage import supervision as findings_store
@@ -103,6 +103,7 @@ def system_overview(con) -> dict:
     """What the admin chat's `system_inspect` shows: queue, failures, delegated work, schedules."""
     return {
         "bus": bus.counts(con),
+        "outbox": outbox.counts(con),
         "failed_messages": bus.latest_failures(con, 5),
         "pending_ops": ops_store.pending(con),
         "schedules": [schedules.describe(job) for job in schedule_store.active_schedules(con)],

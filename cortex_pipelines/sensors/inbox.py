@@ -11,7 +11,7 @@ from dagster import (
 
 from cortex_pipelines.ingest.inbox import ingest_inbox, printable
 from cortex_pipelines.jobs import process_messages
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import DatabaseResource, SettingsResource
 from cortex_pipelines.sensors.processing import request_processing
 from cortex_pipelines.storage import bus
 
@@ -22,10 +22,9 @@ from cortex_pipelines.storage import bus
     default_status=DefaultSensorStatus.RUNNING,
     description="Moves inbox files into the DuckDB bus and requests a processing run when messages wait.",
 )
-def inbox_sensor(context: SensorEvaluationContext, cortex: CortexResource):
-    settings = cortex.settings()
-    db = cortex.database()
-    report = ingest_inbox(settings, db)
+def inbox_sensor(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
+    db = database.get()
+    report = ingest_inbox(settings.get(), db)
     for outcome in report.rejected:
         context.log.warning(f"rejected {printable(outcome.path.name)}: {outcome.error}")
     for outcome in report.deferred:  # looked at again next tick

@@ -5,7 +5,7 @@ job: erasure cleans Dagster's run storage too, so it runs when no run is in flig
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
 from cortex_pipelines.admin.erase import EraseError, expire
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import SettingsResource
 
 
 @sensor(
@@ -13,16 +13,16 @@ from cortex_pipelines.resources import CortexResource
     default_status=DefaultSensorStatus.RUNNING,
     description="Erases messages older than CORTEX_TURN_TTL_DAYS (off by default); facts stay.",
 )
-def turn_retention(context: SensorEvaluationContext, cortex: CortexResource):
-    settings = cortex.settings()
-    if not settings.turn_ttl_days:
+def turn_retention(context: SensorEvaluationContext, settings: SettingsResource):
+    config = settings.get()
+    if not config.turn_ttl_days:
         return SkipReason("turn retention is off (CORTEX_TURN_TTL_DAYS is not set)")
     try:
-        expired = expire(settings)
+        expired = expire(config)
     except EraseError as exc:  # a run in flight or the brain lease taken: the next tick tries again
         return SkipReason(f"not now: {exc}")
     for warning in expired.warnings:
         context.log.warning(warning)
     if not expired.messages:
-        return SkipReason(f"nothing older than {settings.turn_ttl_days} days")
-    return SkipReason(f"expired {len(expired.messages)} message(s) older than {settings.turn_ttl_days} days")
+        return SkipReason(f"nothing older than {config.turn_ttl_days} days")
+    return SkipReason(f"expired {len(expired.messages)} message(s) older than {config.turn_ttl_days} days")

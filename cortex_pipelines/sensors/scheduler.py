@@ -8,7 +8,7 @@ from dagster import AssetMaterialization, DefaultSensorStatus, SensorEvaluationC
 from cortex_pipelines import clock
 from cortex_pipelines.jobs import process_messages
 from cortex_pipelines.proactive import schedules
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import DatabaseResource, SettingsResource
 from cortex_pipelines.sensors.processing import request_processing
 
 
@@ -18,9 +18,9 @@ from cortex_pipelines.sensors.processing import request_processing
     default_status=DefaultSensorStatus.RUNNING,
     description="Fires due schedules and reminders as messages on the cron channel.",
 )
-def scheduler(context: SensorEvaluationContext, cortex: CortexResource):
-    settings, db = cortex.settings(), cortex.database()
-    fired = db.run(lambda con: schedules.fire_due(con, settings, clock.now()))
+def scheduler(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
+    config, db = settings.get(), database.get()
+    fired = db.run(lambda con: schedules.fire_due(con, config, clock.now()))
     cursor = json.loads(context.cursor) if context.cursor else {"fired": 0, "late": 0}
     cursor["fired"] += len(fired)
     cursor["late"] += sum(f.late for f in fired)

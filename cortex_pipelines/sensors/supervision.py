@@ -12,7 +12,7 @@ from cortex_pipelines.assets.memory import MEMORY_POOL
 from cortex_pipelines.jobs import process_messages
 from cortex_pipelines.lanes import BRAIN_LANE, MAX_RUNTIME_S, reap_dead_runs
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import DatabaseResource, SettingsResource
 from cortex_pipelines.sensors.processing import ACTIVE, request_processing
 from cortex_pipelines.storage import outbox
 
@@ -23,12 +23,12 @@ from cortex_pipelines.storage import outbox
     default_status=DefaultSensorStatus.RUNNING,
     description="Finds stuck messages, overdue delegated work and hung runs; fixes or records them.",
 )
-def supervision(context: SensorEvaluationContext, cortex: CortexResource):
-    settings, db = cortex.settings(), cortex.database()
+def supervision(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
+    config, db = settings.get(), database.get()
     for dead in reap_dead_runs(context.instance, [BRAIN_POOL, MEMORY_POOL]):
         context.log.warning(dead.describe())
     try:
-        db.run(outbox.export_files, settings.paths)  # replies a killed run committed but never exported
+        db.run(outbox.export_files, config.paths)  # replies a killed run committed but never exported
     except OSError as exc:  # an unwritable outbox folder must not stop supervision
         context.log.warning(f"reply files not exported now: {exc}")
     runs = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=10)
@@ -44,7 +44,7 @@ def supervision(context: SensorEvaluationContext, cortex: CortexResource):
         and record.start_time is not None
         and now - record.start_time > MAX_RUNTIME_S
     ]
-    findings = db.run(supervise, settings, bool(runs), hung)
+    findings = db.run(supervise, config, bool(runs), hung)
     for f in findings:
         context.log.warning(f"{f.kind} {f.subject}: {f.action} ({f.detail})")
     if any(f.kind == "stuck_message" and f.action == "requeued" for f in findings):

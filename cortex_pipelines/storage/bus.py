@@ -78,6 +78,18 @@ def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> 
     return EnqueueResult(ids, len(rows) - len(ids), per_source)
 
 
+def enqueue_one(con, row: dict, source: str) -> tuple[int, bool]:
+    """Insert one validated row; (its bus id, False), or (the id of the message already there with
+    its (channel, external_id), True)."""
+    result = enqueue_rows(con, [row], source)
+    if result.inserted:
+        return result.inserted[0], False
+    found = con.execute(
+        "SELECT id FROM bus WHERE channel = ? AND external_id = ?", [row["channel"], row["external_id"]]
+    ).fetchone()
+    return found[0], True
+
+
 def _to_message(row: tuple) -> BusMessage:
     (mid, channel, ext, sender, text, priority, thread, reply_to, meta, sent_at, attempts) = row
     return BusMessage(

@@ -300,6 +300,25 @@ V8 = [
     "UPDATE facts SET categories = [category]",
 ]
 
+V9 = [
+    # Leased delivery (`cortex serve`'s /outbox/poll and /outbox/ack): a connector leases a reply
+    # until lease_expires_at; one not acknowledged by then comes back with attempts + 1, and after
+    # CORTEX_OUTBOX_MAX_ATTEMPTS leases it is dead-lettered with the reason in `error`. delivered_at
+    # (from V1) is the acknowledgement.
+    "ALTER TABLE outbox ADD COLUMN attempts INTEGER DEFAULT 0",
+    "UPDATE outbox SET attempts = 0",
+    "ALTER TABLE outbox ADD COLUMN lease_expires_at TIMESTAMP",
+    "ALTER TABLE outbox ADD COLUMN dead_lettered_at TIMESTAMP",
+    "ALTER TABLE outbox ADD COLUMN error VARCHAR",
+    # Who a reply goes to: the chat (metadata.chat_id, else the sender), thread and message replied
+    # to, of the message it answers. Replies already waiting get theirs from their bus row.
+    "ALTER TABLE outbox ADD COLUMN recipient JSON",
+    """UPDATE outbox SET recipient = json_object(
+        'chat_id', coalesce(b.metadata->>'chat_id', b.sender), 'thread', b.thread,
+        'message_id', coalesce(b.metadata->>'message_id', b.external_id))
+    FROM bus b WHERE b.id = outbox.bus_id AND b.channel = outbox.channel""",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -309,4 +328,5 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (6, V6),
     (7, V7),
     (8, V8),
+    (9, V9),
 ]

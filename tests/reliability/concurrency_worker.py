@@ -4,6 +4,7 @@ environment.
 
     python -m tests.reliability.concurrency_worker produce CHANNEL N SECONDS
     python -m tests.reliability.concurrency_worker run JOB
+    python -m tests.reliability.concurrency_worker materialize ASSET...
 """
 
 from __future__ import annotations
@@ -59,15 +60,26 @@ def produce(channel: str, total: int, seconds: float) -> None:
         seq += batch
 
 
-def run(job_name: str) -> None:
-    from dagster import DagsterInstance
+def _execute(job_name: str | None, assets: list[str] | None = None) -> None:
+    from dagster import AssetKey, DagsterInstance
 
     from cortex_pipelines.definitions import defs
 
+    job = defs.resolve_job_def(job_name) if job_name else defs.resolve_implicit_global_asset_job_def()
+    selection = [AssetKey(name) for name in assets] if assets else None
     with DagsterInstance.get() as instance:
-        result = defs.resolve_job_def(job_name).execute_in_process(instance=instance, raise_on_error=False)
+        result = job.execute_in_process(instance=instance, raise_on_error=False, asset_selection=selection)
     print(json.dumps({"run_id": result.run_id, "success": result.success}))
     sys.exit(0 if result.success else 1)
+
+
+def run(job_name: str) -> None:
+    _execute(job_name)
+
+
+def materialize(assets: list[str]) -> None:
+    """Assets in one run, as the automation sensor requests them."""
+    _execute(None, assets)
 
 
 if __name__ == "__main__":
@@ -76,5 +88,7 @@ if __name__ == "__main__":
         produce(args[0], int(args[1]), float(args[2]))
     elif command == "run":
         run(args[0])
+    elif command == "materialize":
+        materialize(args)
     else:
         sys.exit(f"unknown command {command!r}")

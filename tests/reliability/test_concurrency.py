@@ -19,13 +19,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance
 
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.instance import init_home
-from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
+from tests.support.sensors import evaluate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -66,7 +66,7 @@ def _inbox_waiting(home: Path) -> int:
 
 
 class Bystanders(threading.Thread):
-    """`cortex status` and `cortex recall` in a loop, and one memory_job materialization, while
+    """`cortex status` and `cortex recall` in a loop, and one materialization of the memory assets, while
     the pipeline works; every call must exit 0 without a lock error."""
 
     def __init__(self, home: Path):
@@ -97,7 +97,7 @@ class Bystanders(threading.Thread):
             if turn % 4 == 0:
                 self._call("recall", _cortex("recall", "passport renewal form", "--json"))
             if turn == 3:
-                self._call("materialize", _worker("run", "memory_job"))
+                self._call("materialize", _worker("materialize", "episodic_memory", "extracted_facts"))
 
 
 @pytest.mark.parametrize(
@@ -132,10 +132,7 @@ def test_four_producers_race_the_sensor_the_brain_and_the_cli(tmp_path, size):
     try:
         with DagsterInstance.get() as instance:
             while True:
-                context = build_sensor_context(
-                    instance=instance, cursor=cursor, resources={"cortex": CortexResource(home=str(home))}
-                )
-                result = inbox_sensor(context)
+                result = evaluate(inbox_sensor, instance, str(home), cursor=cursor)
                 evaluations += 1
                 cursor = result.cursor
                 running = runs and runs[-1][0].poll() is None

@@ -30,7 +30,7 @@ from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, EXTRACTION_CURSOR, index_episodes, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
-from cortex_pipelines.resources import CortexResource
+from cortex_pipelines.resources import EmbedderResource, cortex_resources
 from cortex_pipelines.storage import Database, cursors, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.facts import FactDraft
@@ -72,10 +72,10 @@ CASES = [
 ]
 
 
-class HashCortex(CortexResource):
-    """The real resource with HashEmbedder, so rematerializing does not load the model."""
+class HashEmbedderResource(EmbedderResource):
+    """HashEmbedder in place of the model, so rematerializing does not load it."""
 
-    def embedder(self) -> HashEmbedder:
+    def get(self) -> HashEmbedder:
         return HashEmbedder()
 
 
@@ -201,7 +201,9 @@ def test_sigkill_during_a_lancedb_write_loses_and_doubles_nothing(point, n, call
     # Restart: the real assets, each resuming from what the crash left.
     cursor = db.run(cursors.read, EPISODIC_CURSOR)
     behind = db.query("SELECT count(*) FROM session WHERE id > ?", [cursor])[0][0]
-    result = materialize([episodic_memory, extracted_facts], resources={"cortex": HashCortex(home=str(home))})
+    resources = cortex_resources(str(home))
+    resources["embedder"] = HashEmbedderResource(settings=resources["settings"])
+    result = materialize([episodic_memory, extracted_facts], resources=resources)
     assert result.success
     episodic = result.asset_materializations_for_node("episodic_memory")[0].metadata
     assert episodic["indexed"].value == behind

@@ -16,15 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import NAME_MAX
 from cortex_pipelines.ingest.inbox import ingest_inbox
-from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
 from tests.conftest import drop, msg
+from tests.support.sensors import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 OLD_S = 3600
@@ -225,10 +225,7 @@ def test_an_entry_that_cannot_be_moved_is_reported_and_the_rest_still_land(setti
 def test_the_inbox_sensor_logs_deferred_files(settings, db, capsys):
     _being_written(drop(settings, "webchat", "partial.json", '{"channel": "web'))
     with DagsterInstance.ephemeral() as instance:
-        context = build_sensor_context(
-            instance=instance, resources={"cortex": CortexResource(home=str(settings.home))}
-        )
-        inbox_sensor(context)
+        evaluate(inbox_sensor, instance, str(settings.home))
     assert "deferred partial.json: still being written (invalid JSON" in capsys.readouterr().err
 
 

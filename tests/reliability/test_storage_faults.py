@@ -11,17 +11,17 @@ from datetime import datetime, timedelta
 
 import duckdb
 import pytest
-from dagster import DagsterInstance, build_sensor_context
+from dagster import DagsterInstance
 
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import ConfigError, load_settings
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.resources import CortexResource
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
 from cortex_pipelines.storage.migrations import MIGRATIONS
 from tests.conftest import drop, msg
+from tests.support.sensors import evaluate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,18 +59,16 @@ def test_corrupt_config_is_one_clear_line_and_loses_nothing(body, settings, db):
     from cortex_pipelines.definitions import defs
 
     assert defs.resolve_job_def("process_messages") is not None
-    with DagsterInstance.ephemeral() as instance:
-        context = build_sensor_context(instance=instance, resources={"cortex": CortexResource()})
-        with pytest.raises(ConfigError, match=r"config\.toml is not valid"):
-            inbox_sensor(context)
+    broken = pytest.raises(ConfigError, match=r"config\.toml is not valid")
+    with DagsterInstance.ephemeral() as instance, broken:
+        evaluate(inbox_sensor, instance)
     assert waiting.exists()
 
     (settings.home / "config.toml").write_text('default_mode = "live"\n')
     status = json.loads(_cortex("status", "--json", home=settings.home).stdout)
     assert sum(status["bus"].values()) == 0  # untouched while the config was broken
     with DagsterInstance.ephemeral() as instance:
-        context = build_sensor_context(instance=instance, resources={"cortex": CortexResource()})
-        inbox_sensor(context)
+        evaluate(inbox_sensor, instance)
     assert not waiting.exists() and db.run(bus.counts)["pending"] == 1
 
 
@@ -140,7 +138,4 @@ def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
 
         _materialize(settings, instance)  # space is back: the change is published, nothing lost
     after = _files(settings)
-    assert (
-        after["memory_bulletin.md"] != before["memory_bulletin.md"]
-        and b"Really." in after["memory_bulletin.md"]
-    )
+    assert after["memory_bulletin"] != before["memory_bulletin"] and b"Really." in after["memory_bulletin"]

@@ -1,10 +1,12 @@
-"""A client that replays a script, for tests that need exact LLM behaviour without a server."""
+"""A client that replays a script, for tests that need exact LLM behaviour without a server, and
+the LLM resource that hands it to Dagster assets."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from cortex_pipelines.llm.base import LLMError, LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.resources import LLMResource, cortex_resources
 
 Step = str | ToolCall | Exception | Callable[[LLMRequest], "LLMResponse | str"]
 
@@ -46,3 +48,17 @@ class ScriptedClient:
             estimate_tokens(step),
             self.model,
         )
+
+
+def scripted_resources(home: str, client: ScriptedClient) -> dict:
+    """cortex_resources(home) with `client` as the model for every purpose (replies and memory)."""
+
+    class ScriptedLLM(LLMResource):
+        def client(self, purpose: str = "reply") -> LLMClient:
+            return client
+
+        def memory_client(self) -> LLMClient:
+            return client
+
+    resources = cortex_resources(home)
+    return {**resources, "llm": ScriptedLLM(settings=resources["settings"])}

@@ -1,0 +1,1 @@
+"""Connectors: processes that carry messages between a chat service and the gateway."""

@@ -1,0 +1,285 @@
+"""`cortex connect telegram`: a Telegram bot in front of the gateway, on python-telegram-bot.
+
+Inbound: long polling `getUpdates` → POST /ingest, the update id as the external id, so an update
+seen twice goes in once. Telegram keeps an update until a later getUpdates confirms it (offset), and
+the connector confirms a batch only after it is ingested: a restart loses nothing and doubles
+nothing. Only senders in CORTEX_SENDER_ALLOWLIST["telegram"] go in; a forum topic is the thread.
+
+Outbound: POST /outbox/poll → sendMessage → POST /outbox/ack, one reply at a time, acknowledged as
+soon as it is sent. Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in
+parts of at most 4,096 characters; a 429 is waited out for its retry_after; a chat that blocked
+the bot, or a chat or topic that is gone, dead-letters the reply.
+
+SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, then it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from datetime import timedelta
+
+import httpx
+from telegram import Bot, Message, ReplyParameters, Update
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.connectors.gateway_client import GatewayClient, GatewayRefused, Rejected
+from cortex_pipelines.processes import alive
+
+CHANNEL = "telegram"
+MAX_CHARS = 4096  # sendMessage's limit, in UTF-16 code units
+LONG_POLL_S = 25
+IDLE_POLL_S = 1.0
+BATCH = 5  # replies leased at once: a drain finishes one and leaves the rest to their lease
+MAX_PAUSE_S = 30.0
+
+
+class Fatal(Exception):
+    """Configuration that a restart cannot fix (a wrong token or key): exit 2."""
+
+
+class Unavailable(Exception):
+    """Telegram could not be reached at start: exit 1, and `cortex serve` tries again later."""
+
+
+def setup_problem(settings: Settings) -> str | None:
+    """Why the connector cannot start, in one line; None when it can."""
+    if settings.telegram_token is None or not settings.telegram_token.get_secret_value().strip():
+        return "CORTEX_TELEGRAM_TOKEN is not set (the token @BotFather gave your bot)"
+    if not settings.sender_allowlist.get(CHANNEL):
+        return (
+            'CORTEX_SENDER_ALLOWLIST has no "telegram" entry: list the Telegram user ids that may talk '
+            'to the bot, e.g. {"telegram": ["123456789"]}'
+        )
+    return None
+
+
+def _units(char: str) -> int:
+    return 2 if ord(char) > 0xFFFF else 1
+
+
+def split_message(text: str, limit: int = MAX_CHARS) -> list[str]:
+    """Parts of at most `limit` UTF-16 code units, cut at the last line break (else space) in the
+    second half of a part, never inside a character."""
+    parts: list[str] = []
+    while text:
+        size, end = 0, 0
+        while end < len(text) and size + _units(text[end]) <= limit:
+            size += _units(text[end])
+            end += 1
+        if end < len(text):
+            window = text[:end]
+            cut = window.rfind("\n")
+            if cut <= end // 2:
+                cut = window.rfind(" ")
+            if cut > end // 2:
+                end = cut + 1
+        parts.append(text[:end])
+        text = text[end:]
+    return [p for p in parts if p.strip()] or parts[:1]
+
+
+def envelope(update: Update) -> dict | None:
+    """The inbound envelope of an update; None for what is not a text message from a person."""
+    message = update.message
+    if message is None or message.from_user is None or message.from_user.is_bot:
+        return None
+    text = message.text or message.caption
+    if not text:
+        return None
+    return {
+        "channel": CHANNEL,
+        "external_id": str(update.update_id),
+        "sender": str(message.from_user.id),
+        "text": text,
+        "timestamp": message.date.isoformat(),
+        "thread": str(message.message_thread_id) if message.is_topic_message else None,
+        "metadata": {
+            "chat_id": message.chat.id,
+            "message_id": message.message_id,
+            "chat_type": message.chat.type,
+        },
+    }
+
+
+def _seconds(value: int | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _number(value: str | None) -> int | None:
+    with contextlib.suppress(TypeError, ValueError):
+        return int(value)
+    return None
+
+
+class TelegramConnector:
+    def __init__(
+        self, settings: Settings, gateway_url: str, say: Callable[[str], None], parent_pid: int | None = None
+    ):
+        assert settings.telegram_token is not None and settings.ingest_api_key is not None
+        self.token = settings.telegram_token.get_secret_value()
+        self.key = settings.ingest_api_key.get_secret_value()
+        self.allowed = set(settings.sender_allowlist.get(CHANNEL, []))
+        self.api_base = settings.telegram_api_base.rstrip("/")
+        self.gateway_url = gateway_url
+        self.parent_pid = parent_pid
+        self.say = say
+        self.stopping = asyncio.Event()
+
+    def _redacted(self, text: str) -> str:
+        """Never the token or the key in a line (PTB puts a refused token in its error)."""
+        return text.replace(self.token, "<token>").replace(self.key, "<key>")
+
+    def _say(self, line: str) -> None:
+        self.say(self._redacted(line))
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        bot = Bot(self.token, base_url=f"{self.api_base}/bot")
+        try:
+            async with bot, GatewayClient(self.gateway_url, self.key) as gateway:
+                self._say(f"telegram: connected as @{bot.username}, gateway {self.gateway_url}")
+                tasks = [
+                    asyncio.create_task(self._inbound(bot, gateway)),
+                    asyncio.create_task(self._outbound(bot, gateway)),
+                    asyncio.create_task(self._watch_parent()),
+                ]
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+                self.stopping.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                for task in done:
+                    if task.exception() is not None:
+                        raise task.exception()
+        except InvalidToken:
+            raise Fatal("Telegram refused CORTEX_TELEGRAM_TOKEN") from None
+        except GatewayRefused as exc:
+            raise Fatal(str(exc)) from None
+        except TelegramError as exc:
+            raise Unavailable(f"Telegram unreachable: {self._redacted(str(exc))}") from None
+        self._say("telegram: stopped")
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+    async def _watch_parent(self) -> None:
+        """Started by `cortex serve`: stop when it is gone, so a killed gateway leaves no orphan polling
+        Telegram (a second getUpdates consumer gets 409 Conflict)."""
+        while self.parent_pid is not None and not self.stopping.is_set():
+            if not alive(self.parent_pid):
+                self._say("telegram: the gateway process is gone; stopping")
+                self.stopping.set()
+            await self._pause(2.0)
+
+    async def _inbound(self, bot: Bot, gateway: GatewayClient) -> None:
+        offset: int | None = None
+        pause = 1.0
+        while not self.stopping.is_set():
+            fetch = asyncio.create_task(
+                bot.get_updates(offset=offset, timeout=LONG_POLL_S, allowed_updates=["message"])
+            )
+            stop = asyncio.create_task(self.stopping.wait())
+            await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not fetch.done():  # stopping: nothing fetched is lost, Telegram keeps it unconfirmed
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TelegramError):
+                    await fetch
+                return
+            try:
+                updates = fetch.result()
+            except InvalidToken:
+                raise
+            except TelegramError as exc:
+                self._say(f"telegram: getUpdates failed ({exc}); retrying in {pause:.0f} s")
+                await self._pause(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+                continue
+            pause = 1.0
+            for update in updates:
+                if not await self._ingest(update, gateway):
+                    return
+                offset = update.update_id + 1  # the next getUpdates confirms it
+
+    async def _ingest(self, update: Update, gateway: GatewayClient) -> bool:
+        """Hand one update to the gateway, retrying while the gateway is unreachable. False when it
+        gave up because the connector is stopping: the update stays unconfirmed for next time."""
+        found = envelope(update)
+        if found is None:
+            return True
+        if found["sender"] not in self.allowed:
+            self._say(f"telegram: update {update.update_id} from {found['sender']} skipped: not allowed")
+            return True
+        pause = 1.0
+        while True:
+            try:
+                await gateway.ingest({k: v for k, v in found.items() if v is not None})
+                return True
+            except Rejected as exc:
+                self._say(f"telegram: update {update.update_id} refused by the gateway: {exc}")
+                return True
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                if self.stopping.is_set():
+                    return False
+                self._say(f"telegram: gateway unavailable ({type(exc).__name__}); retrying in {pause:.0f} s")
+                await self._pause(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+
+    async def _outbound(self, bot: Bot, gateway: GatewayClient) -> None:
+        pause = 1.0
+        while not self.stopping.is_set():
+            try:
+                replies = await gateway.poll(CHANNEL, BATCH)
+                pause = 1.0
+                for reply in replies:
+                    await self._deliver(bot, gateway, reply)
+                    if self.stopping.is_set():
+                        return
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                self._say(f"telegram: gateway unavailable ({type(exc).__name__}); retrying in {pause:.0f} s")
+                await self._pause(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+                continue
+            if not replies:
+                await self._pause(IDLE_POLL_S)
+
+    async def _deliver(self, bot: Bot, gateway: GatewayClient, reply: dict) -> None:
+        """Send one reply in parts; acknowledge it, dead-letter it, or leave it to its lease."""
+        recipient = reply["recipient"]
+        chat = recipient.get("chat_id")
+        if not chat:
+            await gateway.dead_letter([reply["id"]], "no Telegram chat to send to")
+            return
+        chat_id = _number(chat) or chat
+        thread = _number(recipient.get("thread"))
+        answered = _number(recipient.get("message_id"))
+        for n, part in enumerate(split_message(reply["text"])):
+            quote = (
+                ReplyParameters(answered, allow_sending_without_reply=True) if answered and n == 0 else None
+            )
+            try:
+                await self._send(bot, chat_id, part, thread, quote)
+            except (Forbidden, BadRequest) as exc:
+                self._say(f"telegram: reply {reply['id']} dead-lettered: {exc}")
+                await gateway.dead_letter([reply["id"]], f"{type(exc).__name__}: {exc}")
+                return
+            except TelegramError as exc:  # network, 5xx: its lease brings it back
+                self._say(f"telegram: reply {reply['id']} not sent ({exc}); it comes back after its lease")
+                return
+        await gateway.ack([reply["id"]])
+
+    async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:
+        while True:
+            try:
+                return await bot.send_message(
+                    chat_id, text, message_thread_id=thread, reply_parameters=quote, parse_mode=None
+                )
+            except RetryAfter as exc:
+                wait = _seconds(exc.retry_after)
+                self._say(f"telegram: rate limited; waiting {wait:.0f} s as Telegram asks")
+                await asyncio.sleep(wait)

@@ -1,0 +1,91 @@
+"""Delivering replies: the one API over the outbox that the gateway, the CLI, `cortex status` and the
+admin chat share. Connectors lease replies of their channel, send them and acknowledge them; a reply
+whose leases keep running out is dead-lettered, and so is one a connector cannot deliver.
+
+The file outbox (outbox/<channel>/<id>.json) is one more consumer of the same state: a reply
+acknowledged or dead-lettered over HTTP loses its file, and a file taken out of the folder
+acknowledges its reply."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+from cortex_pipelines.config import Settings
+from cortex_pipelines.storage import Database, outbox
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() + "Z" if value else None
+
+
+def _drop_files(settings: Settings, rows: list[dict]) -> None:
+    """After the commit: a file left behind by a crash here is only a stale copy of a settled reply."""
+    for row in rows:
+        with contextlib.suppress(OSError):
+            outbox.reply_file(settings.paths, row["id"], row["channel"]).unlink(missing_ok=True)
+
+
+def message(row: dict) -> dict:
+    """A reply as /outbox/poll and `cortex outbox --json` show it."""
+    return {
+        "id": row["id"],
+        "channel": row["channel"],
+        "text": row["text"],
+        "recipient": row["recipient"],
+        "reply_to": row["reply_to"],
+        "attempt": row["attempts"],
+        "lease_expires_at": _iso(row["lease_expires_at"]),
+        "created_at": _iso(row["created_at"]),
+    }
+
+
+def poll(db: Database, settings: Settings, channel: str, limit: int) -> list[dict]:
+    """Lease up to `limit` replies of `channel` for CORTEX_OUTBOX_LEASE_SECONDS."""
+    db.run(outbox.collect_taken_files, settings.paths, channel)
+    leased, dead = db.run(
+        outbox.lease, channel, limit, settings.outbox_lease_seconds, settings.outbox_max_attempts
+    )
+    _drop_files(settings, dead)
+    return [message(row) for row in leased]
+
+
+def ack(db: Database, settings: Settings, ids: list[int]) -> int:
+    """Acknowledge delivered replies; returns how many were not acknowledged before."""
+    done = db.run(outbox.acknowledge, ids)
+    _drop_files(settings, done)
+    return len(done)
+
+
+def dead_letter(db: Database, settings: Settings, ids: list[int], error: str) -> int:
+    """Give up on replies that cannot be delivered; returns how many were still undelivered."""
+    dead = db.run(outbox.dead_letter, ids, error)
+    _drop_files(settings, dead)
+    return len(dead)
+
+
+def requeue_dead(db: Database, settings: Settings, ids: list[int] | None) -> list[int]:
+    """Dead-lettered replies back in the outbox (all when ids is None), their files exported again."""
+    requeued = db.run(outbox.requeue_dead, ids)
+    if requeued:
+        db.run(outbox.export_files, settings.paths)
+    return requeued
+
+
+def dead_letters(db: Database) -> list[dict]:
+    """Dead-lettered replies, newest first, each with when and why."""
+    return [
+        {**message(row), "dead_lettered_at": _iso(row["dead_lettered_at"]), "error": row["error"]}
+        for row in db.run(outbox.dead_letters)
+    ]
+
+
+def waiting(db: Database, settings: Settings, channel: str | None = None) -> list[dict]:
+    db.run(outbox.collect_taken_files, settings.paths, channel)
+    return [message(row) for row in db.run(outbox.waiting, channel)]
+
+
+def counts(db: Database, settings: Settings) -> dict[str, int]:
+    """{"waiting", "leased", "dead_lettered"}; `waiting` includes leased replies."""
+    db.run(outbox.collect_taken_files, settings.paths)
+    return db.run(outbox.counts)

@@ -1,0 +1,130 @@
+"""The Telegram connector, started by a real `cortex serve`, against a fake Bot API over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import psutil
+import pytest
+
+from cortex_pipelines.storage import Database, outbox
+from tests.support.dagster_dev import cli, wait_for
+from tests.support.fake_telegram import FakeTelegram
+from tests.support.gateway import cortex_serve
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "123456:fake-telegram-token-9a8b7c"
+OWNER = 111
+STRANGER = 999
+FORUM = -100500
+BLOCKED = 666
+
+
+@pytest.fixture
+def telegram():
+    with FakeTelegram(TOKEN) as fake:
+        yield fake
+
+
+def _env(fake: FakeTelegram) -> dict[str, str]:
+    return {
+        "CORTEX_TELEGRAM_TOKEN": TOKEN,
+        "CORTEX_TELEGRAM_API_BASE": fake.url,
+        "CORTEX_SENDER_ALLOWLIST": json.dumps({"telegram": [str(OWNER)]}),
+        "CORTEX_OWNERS": f"telegram:{OWNER}",
+        "CORTEX_OUTBOX_LEASE_SECONDS": "5",
+    }
+
+
+def _ingested(db: Database) -> list[str]:
+    return [r[0] for r in db.query("SELECT external_id FROM bus WHERE channel = 'telegram' ORDER BY id")]
+
+
+def _outbox(db: Database) -> dict:
+    return db.run(outbox.counts)
+
+
+def _reply_to(db: Database, update_id: int, text: str) -> None:
+    (bus_id,) = db.query(
+        "SELECT id FROM bus WHERE channel = 'telegram' AND external_id = ?", [str(update_id)]
+    )[0]
+    db.run(outbox.add, bus_id, "telegram", text)
+
+
+def test_messages_go_in_and_replies_come_back_in_their_chat_and_topic(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    with cortex_serve(home, tmp_path / "serve.log", **_env(telegram)) as (_base, env, _proc):
+        private = telegram.push_text(OWNER, OWNER, "I prefer window seats on long flights.")
+        telegram.push_text(STRANGER, STRANGER, "Buy followers now")
+        topic = telegram.push_text(FORUM, OWNER, "My sister Ana lives in Porto.", thread=7)
+        wait_for(lambda: len(_ingested(db)) == 2 and telegram.unconfirmed() == 0, 30, "the updates to go in")
+        assert _ingested(db) == [str(private), str(topic)]  # the stranger is not in the allowlist
+
+        cli("run", env=env)
+        wait_for(lambda: len(telegram.sent) == 2, 30, "both replies on Telegram")
+        by_chat = {m["chat_id"]: m for m in telegram.sent}
+        assert set(by_chat) == {OWNER, FORUM}
+        assert by_chat[OWNER]["reply_parameters"]["message_id"] == telegram.pushed[private]["message_id"]
+        assert "message_thread_id" not in by_chat[OWNER]
+        assert str(by_chat[FORUM]["message_thread_id"]) == "7"
+        assert by_chat[FORUM]["reply_parameters"]["message_id"] == telegram.pushed[topic]["message_id"]
+        assert "parse_mode" not in by_chat[OWNER]  # plain text: model output is not valid markup
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 10, "the acknowledgements")
+    assert TOKEN not in (tmp_path / "serve.log").read_text()
+
+
+def test_long_replies_are_split_429_is_waited_out_and_a_blocked_chat_dead_letters(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    with cortex_serve(home, tmp_path / "serve.log", **_env(telegram)):
+        first = telegram.push_text(OWNER, OWNER, "tell me a long story")
+        blocked = telegram.push_text(BLOCKED, OWNER, "and then block the bot")
+        wait_for(lambda: len(_ingested(db)) == 2, 30, "the updates to go in")
+        story = " ".join(f"word{n}" for n in range(1800))  # about 15,000 characters
+        telegram.rate_limits.append(1)
+        telegram.blocked_chats.add(BLOCKED)
+        started = time.monotonic()
+        _reply_to(db, first, story)
+        _reply_to(db, blocked, "you will not see this")
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 30, "the replies to settle")
+        parts = telegram.sent_texts()
+        assert len(parts) == 4 and all(len(p) <= 4096 for p in parts)
+        assert "".join(parts) == story
+        assert telegram.sent[0]["at"] - started >= 1.0  # the 429's retry_after was honoured
+        assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 1}
+        (dead,) = db.run(outbox.dead_letters)
+        assert dead["text"] == "you will not see this" and "blocked" in dead["error"]
+
+
+def test_a_restart_loses_nothing_and_doubles_nothing(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    log = tmp_path / "serve.log"
+    updates = []
+    with cortex_serve(home, log, **_env(telegram)) as (_base, _, proc):
+        updates += [telegram.push_text(OWNER, OWNER, f"before {n}") for n in range(3)]
+        wait_for(lambda: len(_ingested(db)) == 3, 30, "the first updates")
+        _reply_to(db, updates[0], "reply one")
+        wait_for(lambda: telegram.sent_texts() == ["reply one"], 30, "the first reply")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+    updates += [telegram.push_text(OWNER, OWNER, f"while down {n}") for n in range(2)]
+    _reply_to(db, updates[1], "reply two")  # committed while no connector runs
+    with cortex_serve(home, tmp_path / "serve2.log", **_env(telegram)) as (_base, _, proc):
+        wait_for(lambda: len(_ingested(db)) == 5, 30, "the updates sent while it was down")
+        wait_for(lambda: len(telegram.sent) == 2, 30, "the reply committed while it was down")
+        (connector,) = psutil.Process(proc.pid).children()
+        connector.kill()  # SIGKILL: no drain; `cortex serve` restarts it
+        updates.append(telegram.push_text(OWNER, OWNER, "after the crash"))
+        _reply_to(db, updates[2], "reply three")
+        wait_for(lambda: len(_ingested(db)) == 6 and len(telegram.sent) == 3, 60, "the restarted connector")
+        time.sleep(1.5)  # a doubled update or reply would show by now
+        assert _ingested(db) == [str(u) for u in updates]
+        assert telegram.sent_texts() == ["reply one", "reply two", "reply three"]
+        assert _outbox(db)["waiting"] == 0
+    assert "restarting" in (tmp_path / "serve2.log").read_text()
