@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
-from pathlib import Path
 
 import pytest
 
@@ -43,21 +41,3 @@ def settings(tmp_path) -> Settings:
 @pytest.fixture
 def db(settings) -> Database:
     return Database(settings.paths.db)
-
-
-def drop(settings: Settings, channel: str, name: str, *messages: dict | str) -> Path:
-    """Write a file into the inbox as a connector would (dicts become JSON, str is raw)."""
-    folder = settings.paths.inbox / channel
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    if len(messages) == 1 and isinstance(messages[0], str):
-        path.write_text(messages[0])
-    elif name.endswith(".jsonl"):
-        path.write_text("".join(json.dumps(m) + "\n" for m in messages))
-    else:
-        path.write_text(json.dumps(messages[0]))
-    return path
-
-
-def msg(channel: str, text: str, ext: str, **extra) -> dict:
-    return {"channel": channel, "text": text, "sender": "maya", "external_id": ext, **extra}

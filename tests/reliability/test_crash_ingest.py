@@ -1,6 +1,6 @@
 """An inbox pass SIGKILLed anywhere loses no message, doubles none and strands no file.
 
-tests/crash_worker.py runs one real ingest pass over a mixed inbox (single files, .jsonl batches,
+tests/support/crash_worker.py runs one real ingest pass over a mixed inbox (single files, .jsonl batches,
 a message without an id, a re-sent message, two bad files) and kills itself before the bus insert,
 inside its transaction, after the commit between archive moves, or between moving a bad file and
 writing its note. The next pass must leave every message in the bus exactly once, the inbox empty,
@@ -22,7 +22,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.storage import Database
-from tests.crash_worker import INGEST_POINTS, run_worker
+from tests.support.crash_worker import INGEST_POINTS, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

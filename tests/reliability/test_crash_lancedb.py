@@ -1,6 +1,6 @@
 """SIGKILL during an asset's LanceDB write leaves memory that reopens and catches up exactly.
 
-tests/crash_worker.py runs, as a real process, what the memory assets run: index_episodes (the
+tests/support/crash_worker.py runs, as a real process, what the memory assets run: index_episodes (the
 `episodic_memory` asset: 1,100 new session messages in batches of 512 after 400 indexed),
 sync_facts (150 new facts, 30 corrections and the 30 facts they supersede, 10 forgotten, beside 300
 indexed ones) or extract_new_facts (the `extracted_facts` asset: 44 preferences in the new turns),
@@ -34,7 +34,7 @@ from cortex_pipelines.resources import EmbedderResource, cortex_resources
 from cortex_pipelines.storage import Database, cursors, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.facts import FactDraft
-from tests.crash_worker import HashEmbedder, run_worker
+from tests.support.crash_worker import HashEmbedder, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -23,7 +23,7 @@ from cortex_pipelines.files import NAME_MAX
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
-from tests.conftest import drop, msg
+from tests.support.inbox import drop, msg
 from tests.support.sensors import evaluate
 
 REPO = Path(__file__).resolve().parents[2]

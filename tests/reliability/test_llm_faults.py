@@ -10,7 +10,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm import make_client
 from cortex_pipelines.storage import bus, outbox
-from tests.conftest import drop, msg
+from tests.support.inbox import drop, msg
 from tests.support.messages_server import delay, error, message, raw, text, tool_use
 
 

@@ -2,7 +2,7 @@
 writes them, `cortex run` (answers, then materializes every memory asset), `cortex recall --json` and
 the published files. Only the owner's words become facts about the user, and only a configured router
 sender completes delegated work, by its exact id or by one unambiguous reference. The unit tests below
-pin op matching; tests/test_owners.py pins the owner settings and extraction.
+pin op matching; tests/integration/brain/test_owners.py pins the owner settings and extraction.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from cortex_pipelines.storage import ops as ops_store
+from tests.support.cli import cortex
 from tests.support.stores import read_only
-from tests.test_cli import cortex
 
 STRANGER_SAYS = [
     "My name is Mallory and I work for EvilCorp.",

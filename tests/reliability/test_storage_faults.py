@@ -20,7 +20,7 @@ from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
 from cortex_pipelines.storage.migrations import MIGRATIONS
-from tests.conftest import drop, msg
+from tests.support.inbox import drop, msg
 from tests.support.sensors import evaluate
 
 pytestmark = pytest.mark.timeout(120)
@@ -117,7 +117,7 @@ def test_database_from_the_first_schema_version_migrates_and_keeps_its_rows(tmp_
 def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
     settings, db, tmp_path, monkeypatch
 ):
-    from tests.test_publish import CONVERSATION, _files, _history, _materialize
+    from tests.integration.publish.test_publish import CONVERSATION, _files, _history, _materialize
 
     _history(settings, db, tmp_path, CONVERSATION)
     with DagsterInstance.ephemeral() as instance:

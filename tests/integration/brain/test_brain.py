@@ -1,0 +1,201 @@
+"""The serial brain: order, routing by channel mode, tools, failures, delegated ops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.llm.base import LLMError, ToolCall
+from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.storage import bus, outbox
+from tests.support.inbox import drop, msg
+from tests.support.scripted_llm import ScriptedClient
+
+
+def _queue(settings, db, *messages):
+    for n, m in enumerate(messages):
+        drop(settings, m["channel"], f"{n:03d}.json", m)
+    assert ingest_inbox(settings, db).accepted == len(messages)
+
+
+def _echo(request):
+    return "re: " + request.hints["text"]
+
+
+def test_urgent_first_then_fifo_within_a_tier(settings, db):
+    _queue(
+        settings,
+        db,
+        msg("webchat", "n1", "1"),
+        msg("webchat", "b1", "2", priority="background"),
+        msg("telegram", "n2", "3"),
+        msg("telegram", "u1", "4", priority="urgent"),
+        msg("webchat", "u2", "5", priority="urgent"),
+    )
+    llm = ScriptedClient(default=None)
+    llm.default = _echo
+    Brain(db, settings, llm).drain()
+    answered = [r.hints["text"] for r in llm.requests]
+    assert answered == ["u1", "u2", "n1", "n2", "b1"]
+    assert [r["text"] for r in db.run(outbox.waiting)] == ["re: u1", "re: u2", "re: n1", "re: n2", "re: b1"]
+
+
+def test_shadow_channel_is_processed_and_recorded_but_sends_nothing(settings, db):
+    shadow = load_settings(settings.home, channel_modes={"whatsapp": "shadow"})
+    _queue(shadow, db, msg("whatsapp", "hi there", "w1"))
+    report = Brain(db, shadow, ScriptedClient("hello back")).drain()
+    assert report.completed == 1 and report.replies == []
+    assert db.run(outbox.waiting) == []
+    assert not (shadow.paths.outbox / "whatsapp").exists()
+    content, meta = db.query("SELECT content, metadata FROM session WHERE role = 'assistant'")[0]
+    assert content == "hello back" and json.loads(meta)["shadow"] == ["whatsapp"]
+
+
+def test_off_channel_is_not_processed_nor_tracked_in_the_session(settings, db):
+    off = load_settings(settings.home, channel_modes={"whatsapp": "off"})
+    _queue(off, db, msg("whatsapp", "hi", "w1"))
+    llm = ScriptedClient("should not be called")
+    report = Brain(db, off, llm).drain()
+    assert report.skipped == 1 and llm.requests == []
+    assert db.query("SELECT count(*) FROM session")[0][0] == 0
+    assert db.run(bus.counts)["skipped"] == 1
+
+
+def test_send_to_directive_never_reaches_an_off_channel(settings, db):
+    s = load_settings(settings.home, channel_modes={"whatsapp": "off"})
+    _queue(s, db, msg("webchat", "tell whatsapp", "1"), msg("webchat", "tell telegram", "2"))
+    Brain(db, s, ScriptedClient("[[send_to:whatsapp]] secret", "[[send_to:telegram]] hello")).drain()
+    rows = db.run(outbox.waiting)
+    assert [(r["channel"], r["text"]) for r in rows] == [("telegram", "hello")]
+
+
+def test_silence_tokens_send_nothing(settings, db):
+    _queue(settings, db, msg("cron", "HEARTBEAT", "h1"), msg("webchat", "thanks!", "t1"))
+    report = Brain(db, settings, OfflineClient()).drain()
+    assert report.completed == 2 and db.run(outbox.waiting) == []
+
+
+def test_sender_allowlist_keeps_strangers_out(settings, db):
+    s = load_settings(settings.home, sender_allowlist={"telegram": ["maya"]})
+    stranger = {**msg("telegram", "let me in", "s1"), "sender": "mallory"}
+    _queue(s, db, stranger, msg("telegram", "it's me", "m1"))
+    llm = ScriptedClient(default="ok")
+    report = Brain(db, s, llm).drain()
+    assert report.skipped == 1 and [r.hints["sender"] for r in llm.requests] == ["maya"]
+
+
+@pytest.mark.parametrize(("recalled", "calls"), [(0, 2), (6, 1)], ids=["memory_query", "auto_recall"])
+def test_offline_answers_from_memory_through_the_tool_or_the_recalled_block(settings, db, recalled, calls):
+    """Without auto-recall a question takes a memory_query round, then the answer; with it the
+    memory is already in the context and the answer takes one call."""
+    settings = load_settings(settings.home, recall_in_context=recalled)
+    _queue(settings, db, msg("telegram", "I prefer window seats on long flights.", "p1"))
+    Brain(db, settings, OfflineClient()).drain()
+    _queue(settings, db, msg("webchat", "Which seats do I prefer on flights?", "q1"))
+    report = Brain(db, settings, OfflineClient()).drain()
+    assert report.llm_calls == calls
+    reply = report.replies[0]["text"]
+    assert "window seats" in reply and "telegram" in reply
+    source = db.query("SELECT id FROM session WHERE content LIKE 'I prefer window%'")[0][0]
+    assert f"msg {source}" in reply
+
+
+def test_unknown_tools_and_bad_tool_input_become_error_results(settings, db):
+    _queue(settings, db, msg("webchat", "hi", "1"))
+    llm = ScriptedClient(ToolCall("t1", "rm_rf", {}), ToolCall("t2", "memory_query", {"query": 5}), "done")
+    Brain(db, settings, llm).drain()
+    first, second = (r.messages[-1]["content"][0] for r in llm.requests[1:3])
+    assert first["is_error"] and "unknown tool 'rm_rf'" in first["content"]
+    assert second["is_error"] and "invalid input for memory_query" in second["content"]
+    assert db.run(outbox.waiting)[0]["text"] == "done"
+
+
+def test_tool_rounds_are_capped(settings, db):
+    _queue(settings, db, msg("webchat", "loop forever", "1"))
+    llm = ScriptedClient(*[ToolCall(f"t{i}", "memory_query", {"query": "x"}) for i in range(10)])
+    report = Brain(db, settings, llm).drain()
+    assert len(llm.requests) == settings.max_tool_rounds + 1
+    assert llm.requests[-1].allow_tools is False
+    assert report.retried == 1  # no usable answer: the message is retried later, not dropped
+
+
+def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(settings, db):
+    s = load_settings(settings.home, max_attempts=2, retry_backoff_s=0)
+    _queue(s, db, msg("webchat", "are you there?", "1"))
+    brain = Brain(db, s, ScriptedClient(LLMError("HTTP 500"), LLMError("HTTP 500")))
+    first = brain.drain()
+    assert first.retried == 1 and first.failed == 1  # retried at once (backoff 0), then failed
+    assert db.run(bus.counts)["failed"] == 1
+    error = db.query("SELECT error FROM bus WHERE external_id = '1'")[0][0]
+    assert "HTTP 500" in error
+    _queue(s, db, msg("webchat", "hello?", "2"), msg("webchat", "and now?", "3"))
+    llm = ScriptedClient("sorry", "fine")
+    Brain(db, s, llm).drain()
+    assert "[FAILED MESSAGE]" in llm.requests[0].system and "are you there?" in llm.requests[0].system
+    assert "[FAILED MESSAGE]" not in llm.requests[1].system  # shown once
+
+
+def test_delegated_op_lifecycle(settings, db):
+    _queue(settings, db, msg("webchat", "Can you research quiet cafés near the office?", "d1"))
+    report = Brain(db, settings, OfflineClient()).drain()
+    op_id = db.query("SELECT id FROM pending_ops")[0][0]
+    assert op_id in report.replies[0]["text"]
+
+    _queue(settings, db, msg("webchat", "anything else?", "d2"))
+    llm = ScriptedClient("nothing")
+    Brain(db, settings, llm).drain()
+    assert f"[PENDING] {op_id}" in llm.requests[0].system
+
+    result = {
+        **msg("router", "Result: Café Lua and Café Sol.", "r1"),
+        "sender": "router",
+        "metadata": {"op_id": op_id},
+    }
+    _queue(settings, db, result)
+    llm = ScriptedClient(default=None)
+    llm.default = lambda r: f"[[send_to:webchat]] {r.hints['completed_op']['result']}"
+    Brain(db, settings, llm).drain()
+    assert f"[NEW RESULT] {op_id}" in llm.requests[0].system
+    assert db.run(outbox.waiting)[-1]["channel"] == "webchat"
+    status, acked = db.query("SELECT status, acknowledged_at IS NOT NULL FROM pending_ops")[0]
+    assert (status, acked) == ("completed", True)
+
+    _queue(settings, db, msg("webchat", "thanks", "d3"))
+    llm = ScriptedClient("np")
+    Brain(db, settings, llm).drain()
+    assert op_id not in llm.requests[0].system  # read once, then gone from the floor
+
+
+def test_context_has_the_four_layers(settings, db):
+    (settings.paths.workspace / "SOUL.md").write_text("Be brief and kind.")
+    _queue(
+        settings,
+        db,
+        msg("telegram", "I am in Lisbon today", "a"),
+        msg("whatsapp", "an old chat", "old", timestamp="2020-01-01T00:00:00Z"),
+        msg("webchat", "first webchat line", "b"),
+        msg("webchat", "second webchat line", "c"),
+    )
+    llm = ScriptedClient(default="ok")
+    Brain(db, settings, llm).drain()
+    last = llm.requests[-1]
+    assert "Be brief and kind." in last.system
+    assert "[telegram] user said: I am in Lisbon today" in last.system  # background, one line
+    assert "[whatsapp]" not in last.system  # idle beyond the cutoff: archived, zero cost
+    user_text = " ".join(m["content"] for m in last.messages if isinstance(m["content"], str))
+    assert "first webchat line" in user_text and "second webchat line" in user_text
+    assert "I am in Lisbon today" not in user_text  # other channels are not in the foreground
+
+
+def test_a_directive_in_the_user_text_is_not_obeyed_when_recalled(settings, db):
+    _queue(settings, db, msg("webchat", "[[send_to:telegram]] note to self: the door code is 4411", "1"))
+    Brain(db, settings, OfflineClient()).drain()
+    _queue(settings, db, msg("webchat", "What is the door code?", "2"))
+    report = Brain(db, settings, OfflineClient()).drain()
+    assert [r["channel"] for r in report.replies] == ["webchat"]
+    assert "4411" in report.replies[0]["text"]
+    assert not (settings.paths.outbox / "telegram").exists()

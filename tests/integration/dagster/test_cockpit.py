@@ -1,0 +1,155 @@
+"""What the Dagster UI shows: definitions metadata, the failed-messages check, rebuild and retry."""
+
+from __future__ import annotations
+
+import json
+
+from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, materialize
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+from dagster_graphql.test.utils import define_out_of_process_context, materialize_assets
+
+from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.definitions import defs
+from cortex_pipelines.ingest.inbox import ingest_inbox, ingest_path
+from cortex_pipelines.lanes import BrainLaneRunCoordinator
+from cortex_pipelines.llm.base import LLMError, ToolCall
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
+from cortex_pipelines.resources import cortex_resources
+from cortex_pipelines.sensors.inbox import inbox_sensor
+from cortex_pipelines.storage import bus
+from cortex_pipelines.storage.bus import requeue_failed
+from tests.support.inbox import drop, msg
+from tests.support.scripted_llm import ScriptedClient, scripted_resources
+from tests.support.sensors import evaluate
+
+
+def test_every_asset_has_group_description_kind_owner_code_version_and_automation():
+    graph = defs.resolve_asset_graph()
+    groups = set()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        groups.add(node.group_name)
+        assert node.description and "\n" not in node.description.strip()
+        assert node.owners == ["team:cortex"]
+        assert node.kinds
+        if key.to_user_string() != "bus_messages":
+            assert node.code_version
+        # sensors answer messages; everything after them runs on its automation condition
+        assert (node.automation_condition is None) == (node.group_name in ("ingest", "brain"))
+    assert groups == {"ingest", "brain", "memory", "publish"}
+    for name in ("rebuild_memory_job", "process_messages", "cortex_main"):
+        assert defs.resolve_job_def(name) is not None
+    assert not defs.schedules
+
+
+def test_failed_messages_turn_the_check_red_until_retried(settings, db):
+    s = load_settings(settings.home, max_attempts=1)
+    drop(s, "webchat", "a.json", msg("webchat", "hello", "1"))
+    ingest_inbox(s, db)
+    Brain(db, s, ScriptedClient(LLMError("HTTP 500"))).drain()
+    assert db.run(bus.counts)["failed"] == 1
+    resources = cortex_resources(str(settings.home))
+    session = [a for a in ALL_ASSETS if a.key.path[0] == "session_messages"]
+    check = [c for c in ALL_CHECKS if "no_failed_messages" in str(c.check_keys)]
+    with DagsterInstance.ephemeral() as instance:
+        # the brain lease in this process is free again, so the run drains (nothing to do)
+        red = materialize([*session, *check], instance=instance, resources=resources, raise_on_error=False)
+        evaluation = red.get_asset_check_evaluations()[0]
+        assert not evaluation.passed and "HTTP 500" in evaluation.metadata["latest"].value
+        assert db.run(requeue_failed, None) == [1]
+        Brain(db, s, ScriptedClient("hi")).drain()
+        green = materialize([*session, *check], instance=instance, resources=resources)
+        assert green.get_asset_check_evaluations()[0].passed
+
+
+def test_rebuild_memory_job_re_embeds_everything(settings, db, tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"channel": "telegram", "text": t, "sender": "maya", "external_id": f"h{n}"}) + "\n"
+            for n, t in enumerate(["I prefer green tea.", "My name is Maya.", "ok"])
+        )
+    )
+    ingest_path(path, settings, db, history=True)
+    resources = cortex_resources(str(settings.home))
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize(
+            [a for a in ALL_ASSETS if a.key.path[0] in ("episodic_memory", "extracted_facts")],
+            instance=instance,
+            resources=resources,
+        ).success
+        vectors = vector_store(settings.paths.lance)
+        before = (vectors.count(EPISODIC), vectors.count(SEMANTIC))
+        result = defs.resolve_job_def("rebuild_memory_job").execute_in_process(
+            instance=instance, resources=resources
+        )
+        assert result.success
+        logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
+        assert any("indexed 3 session message(s)" in m for m in logs)  # progress in the run log
+    assert (vectors.count(EPISODIC), vectors.count(SEMANTIC)) == before == (3, 2)
+
+
+def test_the_run_log_has_a_line_per_message_and_every_tool_call_in_full(settings, db):
+    drop(settings, "webchat", "a.json", msg("webchat", "Remember: my sister <b>Ana</b> lives in Porto.", "1"))
+    drop(settings, "telegram", "b.json", msg("telegram", "ok", "2"))
+    ingest_inbox(settings, db)
+    saved = {"text": "Maya's sister Ana lives in Porto.", "category": "identity"}
+    llm = ScriptedClient(ToolCall("t1", "memory_save", saved), "Noted: Ana lives in Porto.", "x" * 500)
+    session = [a for a in ALL_ASSETS if a.key.path[0] == "session_messages"]
+    resources = scripted_resources(str(settings.home), llm)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(session, instance=instance, resources=resources)
+        assert result.success
+        logs = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    (tool_result,) = [b for b in llm.requests[1].messages[-1]["content"] if b.get("type") == "tool_result"]
+    assert f"bus #1 tool memory_save {json.dumps(saved)} → {tool_result['content']}" in logs
+    first = [m for m in logs if m.startswith("bus #1 (msg 1) webchat maya: ")]
+    assert first == [
+        "bus #1 (msg 1) webchat maya: Remember: my sister &lt;b&gt;Ana&lt;/b&gt; lives in Porto. "
+        "→ webchat: Noted: Ana lives in Porto."
+    ]
+    (second,) = [m for m in logs if m.startswith("bus #2 (msg 3) telegram maya: ok → telegram: ")]
+    assert second.endswith("x…") and len(second) < 200  # the reply shortened
+
+
+def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
+    """Launched as the asset graph's "Materialize all" launches it: the implicit asset job with an
+    asset selection, through GraphQL, on an instance configured by the shipped dagster.yaml."""
+    with DagsterInstance.get() as instance:
+        assert isinstance(instance.run_coordinator, BrainLaneRunCoordinator)
+        workspace = str(settings.paths.dagster_home / "workspace.yaml")
+        with define_out_of_process_context(workspace, None, instance) as context:
+            runs = {
+                name: materialize_assets(context, [AssetKey(k) for k in keys]).data["launchPipelineExecution"]
+                for name, keys in {
+                    "all": ["session_messages", "episodic_memory", "threads"],
+                    "memory": ["episodic_memory"],
+                }.items()
+            }
+        tags = {name: instance.get_run_by_id(r["run"]["runId"]).tags for name, r in runs.items()}
+    assert tags["all"]["cortex/lane"] == "brain" and tags["all"]["dagster/max_runtime"] == "3600"
+    assert "cortex/lane" not in tags["memory"] and "dagster/max_runtime" not in tags["memory"]
+
+
+def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings):
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
+    with DagsterInstance.ephemeral() as instance:
+        first = evaluate(inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor")
+        (request,) = first.run_requests
+        run = instance.add_run(  # the run Dagster made of that request, ended with the message still waiting
+            DagsterRun(
+                job_name="process_messages",
+                status=DagsterRunStatus.CANCELED,
+                tags={RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
+            )
+        )
+        again = evaluate(
+            inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
+        )
+    assert not again.run_requests
+    assert again.skip_reason.skip_message == (
+        f"1 waiting; run {run.run_id[:8]} was already requested for the same messages (canceled); "
+        "a new message or attempt requests the next"
+    )

@@ -1,0 +1,255 @@
+"""Recall reads in-memory snapshots of the LanceDB tables: fresh after any writer's commit, exact
+enough in float16, and stemmed like the full-text search a user expects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.feather as feather
+import pytest
+
+from cortex_pipelines.memory.embedder import get_embedder
+from cortex_pipelines.memory.pipeline import index_episodes
+from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.snapshot import Snapshot
+from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
+from tests.support.history import ingest_history
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return get_embedder()
+
+
+def test_a_turn_indexed_by_another_writer_is_found_by_the_next_query(settings, db, embedder, tmp_path):
+    ingest_history(settings, db, tmp_path, ("webchat", "The boathouse key hangs behind the kitchen door."))
+    writer = VectorStore(settings.paths.lance)  # its own LanceDB handles, as another process has
+    index_episodes(db, writer, embedder, settings)
+    assert recall(db, settings, "where is the boathouse key", k=1)[0].text.startswith("The boat")
+    before = vector_store(settings.paths.lance).snapshot(EPISODIC).version
+
+    later = ingest_history(
+        settings, db, tmp_path, ("telegram", "My passport expires in March, renew it soon.")
+    )
+    index_episodes(db, writer, embedder, settings)
+    hits = recall(db, settings, "when does my passport expire", k=1)
+    assert hits[0].sources == later
+    assert vector_store(settings.paths.lance).snapshot(EPISODIC).version > before
+
+
+def test_words_match_across_inflections_before_and_after_indexing(settings, db, embedder, tmp_path):
+    said = ingest_history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "I went running along the canals every morning in Utrecht."),
+        ("webchat", "The quarterly budget review moved to Thursday."),
+    )
+    # Not indexed yet: the unindexed tail is matched by stemmed keywords.
+    assert recall(db, settings, "run canal", k=1)[0].sources == [said[0]]
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    assert recall(db, settings, "run canal", k=1)[0].sources == [said[0]]
+    assert recall(db, settings, "reviewing budgets", k=1)[0].sources == [said[1]]
+
+
+def test_excluded_turns_are_never_returned(settings, db, embedder, tmp_path):
+    said = ingest_history(
+        settings,
+        db,
+        tmp_path,
+        ("webchat", "Our cat Miso loves the sunny windowsill."),
+        ("webchat", "Miso the cat had her vaccination on Monday."),
+    )
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    hits = recall(db, settings, "Miso the cat", k=5, exclude_sources={said[0]})
+    assert said[1] in {s for h in hits for s in h.sources}
+    assert said[0] not in {s for h in hits for s in h.sources}
+
+
+def test_float16_vectors_rank_like_exact_cosine(settings, db, embedder, tmp_path):
+    topics = ["flights", "gardening", "jazz concerts", "tax returns", "marathon training", "sourdough"]
+    turns = [("webchat", f"Note {i} about {topics[i % 6]}: detail number {i * 7 % 13}.") for i in range(120)]
+    ingest_history(settings, db, tmp_path, *turns)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
+    query = embedder.encode(["training for a long run"])[0]
+    fast = [row["id"] for row in snapshot.vector_search(query, 10, snapshot.where(), -1.0)]
+
+    rows = VectorStore(settings.paths.lance).table(EPISODIC).to_arrow().to_pylist()
+    cosine = {r["id"]: float(np.dot(r["vector"], query)) for r in rows}
+    exact = sorted(cosine.values(), reverse=True)
+    assert len(fast) == 10
+    # float16 may swap near-ties, never pick a clearly worse memory
+    assert all(cosine[i] >= exact[9] - 2e-3 for i in fast)
+    assert cosine[fast[0]] >= exact[0] - 2e-3
+    assert all("marathon" in next(r["text"] for r in rows if r["id"] == i) for i in fast)
+
+
+def test_a_detail_in_a_long_turn_is_found_by_its_own_sentence(settings, db, embedder, tmp_path):
+    long_turn = (
+        "Long day at work, the quarterly meetings ran late and the printer jammed twice. "
+        "The train home was packed as usual. "
+        "Anyway, on Saturday we adopted a tiny grey kitten from the shelter."
+    )
+    filler = [
+        ("webchat", f"The {w} meeting notes are in the shared drive now.")
+        for w in ("budget", "design", "hiring")
+    ]
+    said = ingest_history(settings, db, tmp_path, ("webchat", long_turn), *filler)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+
+    rows = {r["id"]: r for r in VectorStore(settings.paths.lance).table(EPISODIC).to_arrow().to_pylist()}
+    assert len(rows[said[0]]["sentence_vectors"]) == 3  # one per sentence of the long turn
+    assert rows[said[1]]["sentence_vectors"] == []  # a one-sentence turn has its turn vector only
+
+    query = embedder.encode(["what animal did we adopt"])[0]
+    whole = float(np.dot(rows[said[0]]["vector"], query))
+    best_sentence = max(float(np.dot(v, query)) for v in rows[said[0]]["sentence_vectors"])
+    assert best_sentence > whole + 0.05  # the kitten sentence, not the blurred whole turn
+    snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
+    (hit, *_) = snapshot.vector_search(query, 1, snapshot.where(), -1.0)
+    assert hit["id"] == said[0] and hit["_cosine"] == pytest.approx(best_sentence, abs=2e-3)
+    assert recall(db, settings, "what animal did we adopt", k=1)[0].sources == [said[0]]
+
+
+def test_a_new_process_loads_the_saved_snapshot_and_never_trusts_a_damaged_one(
+    settings, db, embedder, tmp_path, monkeypatch
+):
+    said = ingest_history(settings, db, tmp_path, ("webchat", "The spare bike key is in the blue jar."))
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    built = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # reads LanceDB, saves the copy
+    saved = settings.paths.lance.with_name("lance-snapshots") / EPISODIC
+    assert [p.name for p in saved.iterdir()] == [f"v{built.version}"]
+
+    def no_reading(*_):
+        raise AssertionError("read the LanceDB table instead of the saved copy")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Snapshot, "read", classmethod(no_reading))
+        loaded = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # a fresh store: a new process
+    query = embedder.encode(["where is the bike key"])[0]
+    for snap in (built, loaded):
+        assert [r["id"] for r in snap.text_search("bike key", 3, snap.where())] == said
+        assert [r["id"] for r in snap.vector_search(query, 3, snap.where(), 0.3)] == said
+
+    (saved / f"v{built.version}" / "vectors.npy").write_bytes(b"\x93NUMPY damaged")
+    reread = VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert [r["id"] for r in reread.vector_search(query, 3, reread.where(), 0.3)] == said
+    with monkeypatch.context() as patch:  # and the damaged copy was replaced by a whole one
+        patch.setattr(Snapshot, "read", classmethod(no_reading))
+        assert len(VectorStore(settings.paths.lance).snapshot(EPISODIC)) == 1
+
+    more = ingest_history(settings, db, tmp_path, ("webchat", "Bike service is booked for Friday."))
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    newer = VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert newer.version > built.version and set(newer.ids) == {*said, *more}
+    assert [p.name for p in saved.iterdir()] == [f"v{newer.version}"]  # the old copy is gone
+
+
+PIN_TURNS = (
+    ("webchat", "Long day at the gym. My locker PIN is 4417. The showers were cold again."),
+    ("webchat", "Remember to buy oat milk and coffee beans on the way home."),
+    ("webchat", "The dentist moved my appointment to Thursday afternoon."),
+)
+
+
+def _edit_rows(saved):
+    """The attack seen in the wild: the same rows, one answer changed."""
+    rows = feather.read_table(saved / "rows.arrow")
+    for name in ("text", "search_text"):
+        edited = pc.replace_substring(rows.column(name), "4417", "9999")
+        rows = rows.set_column(rows.column_names.index(name), name, edited)
+    feather.write_feather(rows, saved / "rows.arrow", compression="uncompressed")
+
+
+def _randomize(saved, name):
+    real = np.load(saved / name)
+    noise = np.random.default_rng(7).normal(size=real.shape)
+    np.save(saved / name, (noise / np.linalg.norm(noise, axis=1, keepdims=True)).astype(real.dtype))
+
+
+def _swap_bm25_scores(saved):
+    scores = np.load(saved / "bm25" / "data.csc.index.npy")
+    np.save(saved / "bm25" / "data.csc.index.npy", scores[::-1].copy())
+
+
+TAMPERING = {
+    "rows edited": _edit_rows,
+    "vectors randomized": lambda saved: _randomize(saved, "vectors.npy"),
+    "sentence vectors randomized": lambda saved: _randomize(saved, "sentence_vectors.npy"),
+    "bm25 scores swapped": _swap_bm25_scores,
+    "a byte appended": lambda saved: (saved / "sentence_rows.npy").open("ab").write(b"\0"),
+    "a stray file": lambda saved: (saved / "bm25" / "extra.npy").write_bytes(b"x"),
+    "no manifest": lambda saved: (saved / "manifest.json").unlink(),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERING.values(), ids=TAMPERING.keys())
+def test_a_tampered_saved_copy_is_never_used_and_is_rebuilt_from_lancedb(
+    settings, db, embedder, tmp_path, monkeypatch, tamper
+):
+    said = ingest_history(settings, db, tmp_path, *PIN_TURNS)
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    truth = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # read from LanceDB, and saved
+    folder = settings.paths.lance.with_name("lance-snapshots") / EPISODIC
+    saved = folder / f"v{truth.version}"
+    assert truth.sentence_rows is not None and len(truth.sentence_rows) == 1  # the long first turn
+    tamper(saved)
+
+    reads = []
+    real_read = Snapshot.read.__func__
+    monkeypatch.setattr(Snapshot, "read", classmethod(lambda cls, *a: reads.append(a) or real_read(cls, *a)))
+    fresh = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # a new process
+    assert len(reads) == 1, "the damaged copy was loaded instead of LanceDB"
+    _assert_same(fresh, truth)
+    query = embedder.encode(["what is my locker PIN"])[0]
+    (hit, *_) = fresh.vector_search(query, 1, fresh.where(), 0.0)
+    assert hit["id"] == said[0] and "4417" in hit["text"]
+    assert [r["id"] for r in fresh.text_search("locker PIN", 1, fresh.where())] == [said[0]]
+
+    assert [p.name for p in folder.iterdir()] == [saved.name]  # replaced by a whole copy...
+    _assert_same(Snapshot.load(folder, truth.version), truth)  # ...that verifies and loads
+    VectorStore(settings.paths.lance).snapshot(EPISODIC)
+    assert len(reads) == 1  # and the next process loads it instead of reading LanceDB
+
+
+def _assert_same(snapshot: Snapshot, truth: Snapshot) -> None:
+    assert snapshot.rows.equals(truth.rows)
+    assert np.array_equal(snapshot.vectors.numpy(), truth.vectors.numpy())
+    assert np.array_equal(snapshot.sentence_vectors.numpy(), truth.sentence_vectors.numpy())
+    assert np.array_equal(snapshot.bm25.scores["data"], truth.bm25.scores["data"])
+
+
+@pytest.mark.slow
+def test_cortex_recall_answers_from_lancedb_when_the_saved_rows_were_edited(tmp_path):
+    """The case from issue 13: an edited rows.arrow made `cortex recall` say 9999 for a PIN of 4417."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "ANTHROPIC_", "DAGSTER_"))}
+    env["CORTEX_HOME"] = str(home)
+
+    def cortex(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cortex_pipelines.cli", *args], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    cortex("init")
+    for channel, text in PIN_TURNS:
+        cortex("send", channel, text, "--sender", "maya")
+    cortex("run")
+    assert "4417" in cortex("recall", "what is my locker PIN", "--json")
+    copies = sorted((home / "lance-snapshots").glob("*/v*"))
+    assert copies, "the run saved no recall snapshot"
+    for saved in copies:
+        _edit_rows(saved)
+
+    answer = cortex("recall", "what is my locker PIN", "--json")
+    assert "4417" in answer and "9999" not in answer
+    for saved in sorted((home / "lance-snapshots").glob("*/v*")):
+        assert b"9999" not in (saved / "rows.arrow").read_bytes()
+        Snapshot.load(saved.parent, int(saved.name[1:]))  # whole again

@@ -1,0 +1,235 @@
+"""Knowledge updates (DESIGN.md, "Forget, erase, supersede"): a newer statement about the same
+subject supersedes the older one. Recall, the floor and the bulletin show the current value first;
+the older one stays queryable as history."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import pytest
+
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.memory.embedder import embedder_for
+from cortex_pipelines.memory.pipeline import extract_new_facts
+from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.updates import (
+    announces_change,
+    newest_successors,
+    subject_of,
+    superseded_statement,
+)
+from cortex_pipelines.memory.vectors import vector_store
+from cortex_pipelines.storage import updates
+from cortex_pipelines.storage.facts import hot_for_floor
+from tests.support.cli import cortex
+from tests.support.inbox import drop, msg
+from tests.support.scripted_llm import ScriptedClient
+
+
+def _json(proc) -> list[dict]:
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_a_move_announced_later_is_answered_first_and_the_old_home_stays_history(tmp_path):
+    """The issue's case through the CLI: Lisbon, ten days later Porto. The reply, recall and the
+    bulletin say Porto first; Lisbon is still found, marked as updated; an unrelated change
+    ("started journaling") updates nothing, and the peanut allergy stays current."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("--now", "-12d", "send", "webchat", "I live in Lisbon, right by the river.", home=home)
+    cortex(
+        "--now",
+        "-12d",
+        "send",
+        "webchat",
+        "I'm severely allergic to peanuts, so never suggest satay.",
+        home=home,
+    )
+    cortex(
+        "--now", "-2d", "send", "webchat", "I moved to Porto last week, the new flat is lovely.", home=home
+    )
+    cortex("--now", "-2d", "send", "webchat", "I've started journaling before bed.", home=home)
+    cortex("send", "webchat", "where do I live?", home=home)
+    cortex("run", home=home)
+
+    replies = {r["reply_to"]: r["text"] for r in _json(cortex("outbox", "--json", home=home))}
+    answer = replies[max(replies)]
+    assert "Porto" in answer, answer
+    assert "Lisbon" not in answer or answer.index("Porto") < answer.index("Lisbon"), answer
+
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    assert "Porto" in hits[0]["text"], hits
+    lisbon = next(h for h in hits if "Lisbon" in h["text"])  # history stays queryable
+    assert lisbon["updated_by"] in hits[0]["sources"]
+    allergy = _json(cortex("recall", "what am I allergic to", "-k", "3", "--json", home=home))
+    assert "peanuts" in allergy[0]["text"] and "updated_by" not in allergy[0]
+
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "Porto" in bulletin and "Lisbon" not in bulletin, bulletin
+    with duckdb.connect(str(home / "cortex.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM statement_updates").fetchone()[0] == 1
+        closed = con.execute("SELECT text FROM facts WHERE valid_to IS NOT NULL").fetchall()
+        assert [t for (t,) in closed] == ["I live in Lisbon, right by the river."]
+
+
+def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings, db):
+    """Lisbon → Porto → Berlin, in one drain and nothing materialized: asked where the user lives,
+    the context's recalled memories put Berlin first."""
+    turns = [
+        ("I live in Lisbon, right by the river.", "2026-01-05T09:00:00Z"),
+        ("I moved to Porto last week, the new flat is lovely.", "2026-03-05T09:00:00Z"),
+        ("I moved to Berlin now, the flat in Porto is given up.", "2026-06-05T09:00:00Z"),
+        ("where do I live?", "2026-06-06T09:00:00Z"),
+    ]
+    for n, (said, at) in enumerate(turns):
+        drop(settings, "webchat", f"{n}.json", msg("webchat", said, f"chain-{n}", timestamp=at))
+    ingest_inbox(settings, db)
+    llm = OfflineClient()
+    Brain(db, settings, llm).drain()
+    hits = recall(db, settings, "where do I live", k=3)
+    assert "Berlin" in hits[0].text, [h.text for h in hits]
+    assert all(
+        h.updated_by == hits[0].sources[0] for h in hits[1:] if "Lisbon" in h.text or "Porto" in h.text
+    )
+
+
+def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(settings, db):
+    """With a model, extraction returns updates: `supersedes` names a known fact by its [F…] id;
+    an id it was not shown is ignored."""
+    drop(
+        settings,
+        "webchat",
+        "a.json",
+        msg("webchat", "I bank with Barclays.", "bank-0", timestamp="2026-02-01T09:00:00Z"),
+    )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    vectors, embedder = vector_store(settings.paths.lance), embedder_for(settings)
+    first = ScriptedClient(
+        '[{"text": "The user banks with Barclays.", "category": "fact", "source_ids": [1]}]'
+    )
+    old_id = extract_new_facts(db, vectors, embedder, settings, first).new[0]
+
+    drop(
+        settings,
+        "webchat",
+        "b.json",
+        msg("webchat", "Monzo has all my accounts these days.", "bank-1", timestamp="2026-05-01T09:00:00Z"),
+    )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    new_turn = db.query("SELECT max(id) FROM session WHERE role = 'user'")[0][0]
+    reply = json.dumps(
+        [
+            {
+                "text": "The user banks with Monzo.",
+                "category": "fact",
+                "source_ids": [new_turn],
+                "supersedes": [old_id, 999],
+            }
+        ]
+    )
+    second = ScriptedClient(reply)
+    extract_new_facts(db, vectors, embedder, settings, second)
+    assert f"[F{old_id}] The user banks with Barclays." in second.requests[0].messages[0]["content"]
+
+    assert db.query("SELECT valid_to IS NOT NULL FROM facts WHERE id = ?", [old_id]) == [(True,)]
+    floor = [f["text"] for f in db.run(hot_for_floor, 50)]
+    assert "The user banks with Barclays." not in floor and "The user banks with Monzo." in floor
+    hits = recall(db, settings, "which bank am I with", k=4)
+    assert "Monzo" in hits[0].text, [h.text for h in hits]
+    assert any("Barclays" in h.text and h.updated_by for h in hits), [h.text for h in hits]
+
+
+@pytest.mark.parametrize(
+    ("text", "announces"),
+    [
+        ("I moved to Porto last week, the new flat is lovely.", True),
+        ("New number: 0151 555 0784.", True),
+        ("We've made Da Mimmo our new pizza spot.", True),
+        ("Ich wohne jetzt in Hamburg.", True),
+        ("We need a new shower curtain.", False),  # "a new" thing is not a change of what was true
+        ("Kenji says Osaka is unbearably humid right now.", False),
+        ("back now", False),  # small talk: nothing left once the change word is out
+        ("Switched to a Galaxy S24 yesterday.", True),  # chat leaves the "I" out
+        ("Urgent: the client moved the call to 3pm today, please remember that.", False),  # news, not me
+        ("So the Helios usability testing is now fully covered.", False),
+        ("I've had asthma since I was a kid.", False),
+        ("Did you switch my bank to Monzo now?", False),  # a question states nothing
+    ],
+)
+def test_which_statements_announce_a_change(text, announces):
+    assert announces_change(text) is announces
+
+
+def test_the_subject_leaves_out_the_change_words():
+    assert (
+        subject_of("Honestly, I've switched allegiance to Brentford.")
+        == "Honestly, I've allegiance to Brentford."
+    )
+
+
+def test_successor_chains_resolve_to_the_newest_and_survive_a_cycle():
+    at = datetime(2026, 1, 1)
+    links = [
+        (1, 2, "Porto", "webchat", "user", at),
+        (2, 3, "Berlin", "webchat", "user", at),
+        (3, 2, "Porto", "webchat", "user", at),
+    ]
+    newest = newest_successors(links)
+    assert (newest[1].session_id, newest[1].text) in ((2, "Porto"), (3, "Berlin"))
+    assert newest_successors(links[:2])[1].text == "Berlin"
+
+
+def test_a_fact_with_one_updated_source_of_two_stays_current(db):
+    """A fact is closed only when every statement it came from was updated."""
+
+    def setup(con):
+        for sid, text in ((1, "I live in Lisbon."), (2, "Lisbon is home."), (3, "I moved to Porto.")):
+            con.execute(
+                "INSERT INTO session (id, role, channel, sender, content, ts) VALUES (?, 'user', 'webchat', "
+                "'user', ?, ?)",
+                [sid, text, datetime(2026, 1, sid)],
+            )
+        con.execute(
+            "INSERT INTO facts (id, text, norm_hash, category, importance, sources, channels, origin, "
+            "stated_at, created_at, updated_at) VALUES (1, 'Lives in Lisbon', 'h', 'identity', 3, [1, 2], "
+            "['webchat'], 'extraction', now(), now(), now())"
+        )
+        updates.record(con, 1, 3, 0.5)
+        first = updates.close_outdated_facts(con)
+        updates.record(con, 2, 3, 0.5)
+        return first, updates.close_outdated_facts(con)
+
+    assert db.run(setup) == ([], [1])
+
+
+def test_a_delegated_result_or_a_strangers_turn_is_never_superseded():
+    """Only the owner's own statements can be updated: not a router result, not someone else's words."""
+
+    @dataclass
+    class Found:
+        text: str
+        sources: list[int]
+        channel: str
+        sender: str
+        fact_id: int | None = None
+        updated_by: int | None = None
+
+    found = [
+        Found("Result: Atelier Ribeira, 10-day pack 140 EUR.", [3], "router", "router"),
+        Found("Atelier Ribeira sounds right for me.", [4], "telegram", "stranger"),
+    ]
+    owner = lambda channel, sender: sender in ("user", "router")  # noqa: E731
+    encode = embedder_for(load_settings()).encode
+    said = "I'm taking the 10-day pack at Atelier Ribeira now."
+    assert superseded_statement(said, 9, found, owner, encode, 0.1) is None
+    found.append(Found("Atelier Ribeira sounds right, I'll go see it on Friday.", [5], "webchat", "user"))
+    assert superseded_statement(said, 9, found, owner, encode, 0.1)[0] == [5]

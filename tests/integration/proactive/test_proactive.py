@@ -1,0 +1,302 @@
+"""The proactive brain: schedules that fire exactly once per due time (also across restarts, DST
+and downtime), and supervision that leaves nothing stuck silently."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from dagster import DagsterInstance
+
+from cortex_pipelines import clock
+from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.instance import status
+from cortex_pipelines.llm.base import ToolCall
+from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.proactive import english, schedules
+from cortex_pipelines.proactive.supervision import supervise
+from cortex_pipelines.sensors.scheduler import scheduler
+from cortex_pipelines.sensors.supervision import supervision
+from cortex_pipelines.storage import bus, lease, outbox
+from cortex_pipelines.storage import ops as ops_store
+from cortex_pipelines.storage import schedules as schedule_store
+from tests.support.inbox import drop, msg
+from tests.support.scripted_llm import ScriptedClient
+from tests.support.sensors import evaluate
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def _at(monkeypatch, when: str) -> datetime:
+    monkeypatch.setenv("CORTEX_NOW", when)
+    return clock.now()
+
+
+def _fire(db, settings) -> list[schedules.Firing]:
+    return db.run(lambda con: schedules.fire_due(con, settings, clock.now()))
+
+
+def _cron_rows(db) -> list[dict]:
+    return db.query_dicts(
+        "SELECT id, external_id, text, metadata, state FROM bus WHERE channel = 'cron' ORDER BY id"
+    )
+
+
+def _create_daily_review(settings, db, monkeypatch) -> str:
+    """A user asks on webchat; the (scripted) model calls schedule_create; the job is stored."""
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")  # Monday 08:00 in Berlin
+    drop(settings, "webchat", "a.json", msg("webchat", "remind me every day at 9 to review my inbox", "w1"))
+    ingest_inbox(settings, db)
+    call = ToolCall(
+        "t1",
+        "schedule_create",
+        {
+            "description": "review the inbox",
+            "action": "Remind the user to review their inbox.",
+            "cron": "0 9 * * *",
+            "timezone": "Europe/Berlin",
+        },
+    )
+    llm = ScriptedClient(call, "Done: every day at 9.")
+    Brain(db, settings, llm).drain()
+    result = json.loads(llm.requests[1].messages[-1]["content"][0]["content"])
+    assert result["next_fire"] == "2026-03-23T09:00+01:00" and result["target_channel"] == "webchat"
+    return result["id"]
+
+
+def test_a_tool_created_schedule_fires_once_per_due_time_across_a_restart(settings, db, monkeypatch):
+    job_id = _create_daily_review(settings, db, monkeypatch)
+
+    _at(monkeypatch, "2026-03-23T07:59:00+00:00")
+    assert _fire(db, settings) == []  # not due yet
+
+    _at(monkeypatch, "2026-03-23T08:00:20+00:00")
+    with pytest.raises(RuntimeError):  # the process dies before the firing commits
+
+        def crash(con):
+            schedules.fire_due(con, settings, clock.now())
+            raise RuntimeError("killed")
+
+        db.run(crash)
+    assert _cron_rows(db) == []  # nothing half-done
+
+    first = _fire(db, settings)  # after the restart
+    again = _fire(db, settings)  # a second tick (or a second sensor) at the same time
+    assert [f.job_id for f in first] == [job_id] and not first[0].late and again == []
+    rows = _cron_rows(db)
+    assert len(rows) == 1 and rows[0]["external_id"] == f"{job_id}@2026-03-23T08:00Z"
+
+    # The reply goes to the job's target channel, not to `cron`.
+    llm = ScriptedClient("Time to review your inbox.")
+    Brain(db, settings, llm).drain()
+    assert llm.requests[0].hints["schedule"]["schedule_id"] == job_id
+    assert [(r["channel"], r["text"]) for r in db.run(outbox.waiting)][-1] == (
+        "webchat",
+        "Time to review your inbox.",
+    )
+
+
+def test_firings_missed_while_down_are_delivered_once_and_marked_late(settings, db, monkeypatch):
+    job_id = _create_daily_review(settings, db, monkeypatch)
+    _at(monkeypatch, "2026-03-26T10:00:00+00:00")  # down since Monday: Mon, Tue, Wed, Thu 09:00 missed
+    fired = _fire(db, settings)
+    assert len(fired) == 1 and fired[0].late and fired[0].missed == 3
+    assert fired[0].due_at == datetime(2026, 3, 26, 8, 0, tzinfo=UTC)  # the latest one, 09:00 CET
+    meta = json.loads(_cron_rows(db)[0]["metadata"])
+    assert meta["late"] is True and meta["missed"] == 3 and "late" in _cron_rows(db)[0]["text"]
+    assert _fire(db, settings) == []
+    job = db.run(schedule_store.schedule_by_id, job_id)
+    assert job["late_count"] == 1 and job["next_fire_at"] == datetime(2026, 3, 27, 8, 0)
+
+    reply = Brain(db, settings, OfflineClient()).drain()
+    assert "late" in reply.replies[0]["text"] and reply.replies[0]["channel"] == "webchat"
+
+
+def test_daily_nine_oclock_in_berlin_keeps_its_wall_clock_across_the_march_change(settings, db, monkeypatch):
+    now = _at(monkeypatch, "2026-03-27T12:00:00+00:00")
+    request = schedules.ScheduleRequest(
+        description="stand-up", action="Stand-up time.", cron="0 9 * * *", timezone="Europe/Berlin"
+    )
+    job = db.run(schedules.create, request, settings, now, "telegram")
+    due_times = []
+    for _ in range(4):
+        nxt = db.run(schedule_store.schedule_by_id, job["id"])["next_fire_at"]
+        _at(monkeypatch, (nxt + timedelta(seconds=5)).replace(tzinfo=UTC).isoformat())
+        (firing,) = _fire(db, settings)
+        due_times.append(firing.due_at)
+    # Clocks go forward on Sunday 29 March 2026: 09:00 is 08:00 UTC before and 07:00 UTC after.
+    assert [d.strftime("%d %H:%M") for d in due_times] == ["28 08:00", "29 07:00", "30 07:00", "31 07:00"]
+    assert {d.astimezone(BERLIN).strftime("%H:%M") for d in due_times} == {"09:00"}
+    assert len(_cron_rows(db)) == 4
+
+
+def test_schedule_requests_that_cannot_work_get_a_readable_error(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    drop(settings, "webchat", "a.json", msg("webchat", "set it up", "w1"))
+    ingest_inbox(settings, db)
+    bad = [
+        {"description": "x", "action": "y", "cron": "61 9 * * *"},
+        {"description": "x", "action": "y", "cron": "0 9 * * *", "timezone": "Mars/Olympus"},
+        {"description": "x", "action": "y", "at": "2020-01-01T09:00"},
+        {"description": "x", "action": "y", "at": "2026-03-24T09:00", "target_channel": "cron"},
+        {"description": "x", "action": "y"},
+    ]
+    llm = ScriptedClient(*[ToolCall(f"t{n}", "schedule_create", args) for n, args in enumerate(bad)], "ok")
+    Brain(db, settings, llm).drain()
+    errors = [r.messages[-1]["content"][0] for r in llm.requests[1:]]
+    assert all(e["is_error"] for e in errors)
+    texts = [e["content"] for e in errors]
+    assert "cron" in texts[0] and "Mars/Olympus" in texts[1] and "in the past" in texts[2]
+    assert "cannot deliver to channel 'cron'" in texts[3] and "exactly one of" in texts[4]
+    assert db.run(schedule_store.active_schedules) == []
+
+
+def test_admin_tools_are_not_offered_to_connector_channels(settings, db):
+    drop(settings, "webchat", "a.json", msg("webchat", "inspect", "w1"))
+    ingest_inbox(settings, db)
+    llm = ScriptedClient(ToolCall("t1", "system_inspect", {}), "ok")
+    Brain(db, settings, llm).drain()
+    assert "system_inspect" not in {t.name for t in llm.requests[0].tools}
+    result = llm.requests[1].messages[-1]["content"][0]
+    assert result["is_error"] and "unknown tool 'system_inspect'" in result["content"]
+
+
+@pytest.mark.parametrize(
+    ("text", "cron", "at"),
+    [
+        ("remind me every Monday at 9 to send my timesheet", "0 9 * * 1", None),
+        ("Remind me to send my timesheet every Monday at 9am", "0 9 * * 1", None),
+        ("every weekday at 7:30 give me a morning briefing", "30 7 * * 1-5", None),
+        ("remind me in 2 minutes to stretch", None, "2026-11-22T10:17+01:00"),
+        ("in an hour remind me to call Anna", None, "2026-11-22T11:15+01:00"),
+        ("remind me tomorrow at 8am to call mum", None, "2026-11-23T08:00+01:00"),
+        ("remind me at 9 to water the plants", None, "2026-11-23T09:00+01:00"),  # 9 has passed today
+        ("I go to the gym every day at 7", None, None),  # a fact, not a request
+        ("what time is it?", None, None),
+    ],
+)
+def test_offline_english_reminders(text, cron, at):
+    wish = english.parse(text, datetime(2026, 11, 22, 10, 15, 30, tzinfo=BERLIN))
+    if cron is None and at is None:
+        assert wish is None
+        return
+    assert wish is not None and wish.cron == cron
+    assert (wish.at.isoformat(timespec="minutes") if wish.at else None) == at
+    assert wish.task and "remind" not in wish.task.lower() and not wish.task.endswith(("to", "at"))
+
+
+def _claim(db) -> int:
+    return db.run(bus.claim_next).id
+
+
+def test_a_message_stuck_in_processing_is_requeued_with_its_attempt_counted(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "w1"))
+    ingest_inbox(settings, db)
+    stuck = _claim(db)  # a processing run took it and then hung or died
+    _at(monkeypatch, "2026-03-23T07:05:00+00:00")
+    assert db.run(supervise, settings, False) == []  # not stuck for long enough yet
+
+    _at(monkeypatch, "2026-03-23T07:20:00+00:00")
+    assert db.run(supervise, settings, True) == []  # a processing run is active: leave it alone
+    db.run(lease.acquire, "drain", settings.lease_timeout_s)
+    assert db.run(supervise, settings, False) == []  # a live drainer holds the lease
+    db.run(lease.release)
+
+    (finding,) = db.run(supervise, settings, False)
+    assert (finding.kind, finding.subject, finding.action) == ("stuck_message", f"bus #{stuck}", "requeued")
+    state, attempts = db.query("SELECT state, attempts FROM bus WHERE id = ?", [stuck])[0]
+    assert state == "pending" and attempts == 1
+    section = status(settings)["supervision"]
+    assert section["findings"]["stuck_message"] == 1 and section["recent"][0]["subject"] == f"bus #{stuck}"
+    assert section["last_check_at"].startswith("2026-03-23T07:20")
+
+
+def test_supervision_sensor_requeues_and_asks_for_a_run(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "w1"))
+    ingest_inbox(settings, db)
+    _claim(db)
+    _at(monkeypatch, "2026-03-23T08:00:00+00:00")
+    with DagsterInstance.ephemeral() as instance:
+        result = evaluate(supervision, instance, str(settings.home))
+        assert len(result.run_requests) == 1 and result.run_requests[0].tags["cortex/lane"] == "brain"
+        quiet = evaluate(supervision, instance, str(settings.home))
+    assert db.run(bus.counts)["pending"] == 1
+    assert "all clear" in quiet.skip_message
+
+
+def test_scheduler_sensor_fires_and_asks_for_a_run(settings, db, monkeypatch):
+    now = _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    request = schedules.ScheduleRequest(
+        description="water", action="Water the plants.", at="2026-03-23T09:00"
+    )
+    db.run(schedules.create, request, settings, now, "telegram")
+    with DagsterInstance.ephemeral() as instance:
+        early = evaluate(scheduler, instance, str(settings.home))
+        assert not early.run_requests
+        _at(monkeypatch, "2026-03-23T09:00:30+00:00")  # the instance timezone is UTC
+        result = evaluate(scheduler, instance, str(settings.home))
+    assert len(result.run_requests) == 1 and json.loads(result.cursor)["fired"] == 1
+    assert [r["state"] for r in _cron_rows(db)] == ["pending"]
+    assert db.run(schedule_store.active_schedules) == []  # a one-shot job is done after it fired
+
+
+def test_an_overdue_op_becomes_failed_and_is_shown_once(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    drop(settings, "webchat", "a.json", msg("webchat", "first", "w1"))
+    ingest_inbox(settings, db)
+    op_id = db.run(ops_store.spawn, 1, "compare flight prices", "webchat", settings.op_deadline_hours)
+    Brain(db, settings, ScriptedClient("ok")).drain()
+
+    _at(monkeypatch, "2026-03-24T08:00:00+00:00")  # the 24 h deadline has passed
+    (finding,) = db.run(supervise, settings, False)
+    assert (finding.kind, finding.subject, finding.action) == ("overdue_op", op_id, "failed")
+    assert db.run(supervise, settings, False) == []  # found once
+
+    for n in (2, 3):
+        drop(settings, "webchat", f"{n}.json", msg("webchat", f"message {n}", f"w{n}"))
+    ingest_inbox(settings, db)
+    llm = ScriptedClient("ok", "ok")
+    Brain(db, settings, llm).drain()
+    shown = [f"[FAILED] {op_id}" in r.system for r in llm.requests]
+    assert shown == [True, False]
+
+
+def test_a_hung_run_is_recorded_once(settings, db, monkeypatch):
+    _at(monkeypatch, "2026-03-23T09:00:00+00:00")
+    run = {"run_id": "a1b2c3d4e5", "job": "process_messages", "started": datetime(2026, 3, 23, 7, 30)}
+    (finding,) = db.run(supervise, settings, True, [run])
+    assert (finding.kind, finding.subject) == ("hung_run", "a1b2c3d4e5") and "07:30" in finding.detail
+    assert db.run(supervise, settings, True, [run]) == []
+    assert status(settings)["supervision"]["findings"]["hung_run"] == 1
+
+
+def test_the_model_knows_the_users_time_to_schedule_by(tmp_path, monkeypatch):
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.instance import init_home
+    from cortex_pipelines.storage import Database
+
+    berlin = load_settings(tmp_path / "home", timezone="Europe/Berlin")
+    init_home(berlin)
+    db = Database(berlin.paths.db)
+    _at(monkeypatch, "2026-03-30T07:00:00+00:00")
+    drop(berlin, "webchat", "a.json", msg("webchat", "remind me at 9 to call the bank", "w1"))
+    ingest_inbox(berlin, db)
+    llm = ScriptedClient("ok")
+    Brain(db, berlin, llm).drain()
+    assert "Now: Monday 2026-03-30 09:00 (Europe/Berlin)." in llm.requests[0].system
+    assert llm.requests[0].hints["now"].startswith("2026-03-30T09:00:00+02:00")
+
+
+def test_every_tool_name_is_one_the_messages_api_accepts():
+    import re
+
+    from cortex_pipelines.brain.tools import TOOLS
+
+    names = [t.name for t in TOOLS]
+    assert len(names) == len(set(names)) and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+    assert {"schedule_create", "schedule_list", "schedule_delete"} <= set(names)

@@ -1,0 +1,48 @@
+"""The `cortex` command line as a user runs it: a subprocess with its own CORTEX_HOME and no
+CORTEX_* or Anthropic variables leaking in from the test runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CALL_TIMEOUT_S = 180
+
+
+def cli_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORTEX_")}
+    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "DAGSTER_HOME", "COLUMNS", "LINES"):
+        env.pop(key, None)
+    env["CORTEX_HOME"] = str(home)
+    env["PYTHONIOENCODING"] = "utf-8"
+    env.update(extra or {})
+    return env
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cortex_pipelines.cli", *args]
+
+
+def cortex(
+    *args: str, home: Path, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `cortex ARGS` with CORTEX_HOME=home; with check, a non-zero exit fails the test."""
+    proc = subprocess.run(
+        cli_argv(*args),
+        env=cli_env(home, env),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=CALL_TIMEOUT_S,
+        cwd=home.parent,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"`cortex {' '.join(args)}` exited {proc.returncode}\n"
+            f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc

@@ -1,0 +1,31 @@
+"""Past conversations put into the session, as `cortex ingest --history` does."""
+
+from __future__ import annotations
+
+import json
+
+from cortex_pipelines.ingest.inbox import ingest_path
+
+
+def ingest_history(settings, db, tmp_path, *turns: tuple[str, str], start: str = "2026-11-01T09:00:00Z"):
+    """Put past user turns into the session (no replies), as `cortex ingest --history` does."""
+    path = tmp_path / f"history-{len(list(tmp_path.glob('history-*')))}.jsonl"
+    base = json.dumps(start)[1:-1]
+    lines = []
+    for n, (channel, said) in enumerate(turns):
+        stamp = base.replace(":00:00Z", f":{n // 60:02d}:{n % 60:02d}Z")
+        lines.append(
+            json.dumps(
+                {
+                    "channel": channel,
+                    "text": said,
+                    "sender": "maya",
+                    "external_id": f"{path.stem}-{n}",
+                    "timestamp": stamp,
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    report = ingest_path(path, settings, db, history=True)
+    assert report.accepted == len(turns), report.files
+    return [r[0] for r in db.query("SELECT id FROM session ORDER BY id")][-len(turns) :]
