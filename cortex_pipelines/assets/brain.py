@@ -13,7 +13,7 @@ from dagster import (
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
-from cortex_pipelines.storage import bus, lease, usage
+from cortex_pipelines.storage import bus, lease, outbox, usage
 from cortex_pipelines.storage.session import count_turns
 
 BRAIN_POOL = "cortex_brain"
@@ -74,4 +74,25 @@ def no_failed_messages(database: DatabaseResource) -> AssetCheckResult:
     )
 
 
-BRAIN_CHECKS = [no_failed_messages]
+@asset_check(
+    asset=session_messages,
+    description="Red while any reply is dead-lettered (undeliverable after CORTEX_OUTBOX_MAX_ATTEMPTS, "
+    "or given up by its connector); `cortex outbox --dead` lists them, `--requeue-dead` retries them.",
+)
+def no_dead_letters(database: DatabaseResource) -> AssetCheckResult:
+    db = database.get()
+    dead = db.run(outbox.dead_letters, 5)
+    preview = "\n".join(
+        f"- reply {d['id']} on {d['channel']}: {one_line(d['error'] or 'no reason given', 300)}" for d in dead
+    )
+    return AssetCheckResult(
+        passed=not dead,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "dead_lettered": db.run(outbox.counts)["dead_lettered"],
+            "latest": MetadataValue.md(preview or "none"),
+        },
+    )
+
+
+BRAIN_CHECKS = [no_failed_messages, no_dead_letters]

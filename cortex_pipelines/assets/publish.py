@@ -59,7 +59,7 @@ def _file_result(context: AssetExecutionContext, result: Published) -> Materiali
             AssetCheckResult(
                 check_name=f"{result.name}_written",
                 passed=result.written,
-                severity=AssetCheckSeverity.ERROR,
+                severity=AssetCheckSeverity.WARN if result.render_failed else AssetCheckSeverity.ERROR,
                 metadata={"path": MetadataValue.path(str(result.path)), **error},
             )
         ],

@@ -122,7 +122,7 @@ def refresh(
     except LLMError as exc:
         previous = path.read_text() if path.is_file() else ""
         error = f"bulletin generation failed, the previous bulletin stays: {exc}"
-        result = Published(BULLETIN, path, previous, changed=False, error=error)
+        result = Published(BULLETIN, path, previous, changed=False, error=error, render_failed=True)
     if result.error:
         db.run(set_published_state, BULLETIN, path, "degraded", result.error)
     warmup = db.run(published_row, BULLETIN)["state"]

@@ -54,6 +54,9 @@ class Published:
     content: str
     changed: bool
     error: str | None = None
+    # The render failed (the model was down), not the write: the previous file stays and is still
+    # true, so the check warns rather than fails.
+    render_failed: bool = False
     details: dict[str, int | str] = field(default_factory=dict)  # what the run counted, for its report
 
     @property

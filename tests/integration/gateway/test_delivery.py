@@ -153,3 +153,31 @@ def test_a_version_8_database_gets_recipients_for_replies_already_waiting(tmp_pa
     (leased,) = delivery.poll(db, settings, "telegram", 20)
     assert leased["recipient"] == {"chat_id": "-5", "thread": "7", "message_id": "u9"}
     assert leased["attempt"] == 1
+
+
+def test_a_dead_letter_turns_the_session_messages_check_red_with_its_reason(quick, db):
+    """The UI shows undeliverable replies: the real check, run by Dagster after its asset."""
+    from dagster import AssetSelection, DagsterInstance, materialize
+
+    from cortex_pipelines.assets.brain import no_dead_letters, session_messages
+    from cortex_pipelines.resources import cortex_resources
+
+    def check_once():
+        with DagsterInstance.ephemeral() as instance:
+            result = materialize(
+                [session_messages, no_dead_letters],
+                instance=instance,
+                resources=cortex_resources(str(quick.home)),
+                selection=AssetSelection.checks(no_dead_letters),
+            )
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation
+
+    assert check_once().passed
+    bus_id = _ingest(quick, db, external_id="blocked-1", metadata={"chat_id": 7})
+    _reply(db, bus_id, "telegram", "you will never see this")
+    (reply,) = delivery.poll(db, quick, "telegram", 10)
+    delivery.dead_letter(db, quick, [reply["id"]], "Forbidden: bot was blocked by the user\nsecond line")
+    red = check_once()
+    assert not red.passed and red.metadata["dead_lettered"].value == 1
+    assert "bot was blocked by the user second line" in red.metadata["latest"].value

@@ -286,7 +286,13 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
                 FactDraft("I prefer aisle seats on trains", "preference", 2, (1,), ("telegram",), utcnow()),
             )
             messages_server.responder = lambda body: error(500)
-            _materialize(settings, instance)
+            failed = _materialize(settings, instance)
+        # The previous bulletin is still true: the written check warns, it does not fail the file.
+        (written,) = [
+            c for c in failed.get_asset_check_evaluations() if c.check_name == "memory_bulletin_written"
+        ]
+        assert not written.passed and written.severity == AssetCheckSeverity.WARN
+        assert "bulletin generation failed" in written.metadata["error"].value
         assert settings.paths.memory_bulletin.read_text() == bulletin
         assert status(settings)["warmup"] == "degraded"
     finally:
