@@ -117,12 +117,12 @@ def test_database_from_the_first_schema_version_migrates_and_keeps_its_rows(tmp_
 def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
     settings, db, tmp_path, monkeypatch
 ):
-    from tests.integration.publish.test_publish import CONVERSATION, _files, _history, _materialize
+    from tests.support.published import CONVERSATION, ingest_recent_history, materialize_all, published_bytes
 
-    _history(settings, db, tmp_path, CONVERSATION)
+    ingest_recent_history(settings, db, tmp_path, CONVERSATION)
     with DagsterInstance.ephemeral() as instance:
-        _materialize(settings, instance)
-        before = _files(settings)
+        materialize_all(settings, instance)
+        before = published_bytes(settings)
         db.run(lambda con: con.execute("UPDATE facts SET text = text || ' Really.'"))
 
         def disk_full(fd):  # the data went to the page cache; flushing it to disk fails
@@ -130,12 +130,12 @@ def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
 
         with monkeypatch.context() as patch:
             patch.setattr(os, "fsync", disk_full)
-            degraded = _materialize(settings, instance)  # warnings, not a failed run
-        assert _files(settings) == before
+            degraded = materialize_all(settings, instance)  # warnings, not a failed run
+        assert published_bytes(settings) == before
         assert not [p.name for p in settings.paths.out.iterdir() if p.name.endswith(".tmp")]
         meta = degraded.asset_materializations_for_node("memory_bulletin")[0].metadata
         assert meta["written"].value is False and "No space left on device" in meta["error"].value
 
-        _materialize(settings, instance)  # space is back: the change is published, nothing lost
-    after = _files(settings)
+        materialize_all(settings, instance)  # space is back: the change is published, nothing lost
+    after = published_bytes(settings)
     assert after["memory_bulletin"] != before["memory_bulletin"] and b"Really." in after["memory_bulletin"]

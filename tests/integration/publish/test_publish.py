@@ -2,78 +2,37 @@
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import timedelta
 
 import pytest
-from dagster import AssetCheckSeverity, DagsterInstance, materialize
+from dagster import AssetCheckSeverity, DagsterInstance
 
-from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import status
 from cortex_pipelines.publish import boot
 from cortex_pipelines.publish.outputs import find_secrets, publish, redact
-from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.facts import FactDraft
 from tests.support.messages_server import error, text
-
-MATERIALIZABLE = [a for a in ALL_ASSETS if a.key.path[0] != "bus_messages"]
-
-
-def _history(settings, db, tmp_path, lines: list[tuple[str, str]]):
-    path = tmp_path / "history.jsonl"
-    start = utcnow() - timedelta(hours=3)
-    rows = [
-        {
-            "channel": ch,
-            "text": t,
-            "sender": "maya",
-            "external_id": f"h{n}",
-            "timestamp": (start + timedelta(minutes=n)).isoformat() + "Z",
-        }
-        for n, (ch, t) in enumerate(lines)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert ingest_path(path, settings, db, history=True).accepted == len(rows)
-
-
-CONVERSATION = [
-    ("webchat", "My name is Maya Costa and I work as a freelance product designer."),
-    ("telegram", "I prefer window seats on long flights."),
-    ("webchat", "Back to the Helios redesign: we decided to go with Figma over Sketch."),
-    ("webchat", "My goal is to ship the Helios redesign by December 15."),
-    ("telegram", "Wir haben beschlossen, das Budget auf 5000 Euro zu erhöhen."),
-]
-
-
-def _materialize(settings, instance):
-    result = materialize(
-        [*ALL_ASSETS, *ALL_CHECKS],
-        instance=instance,
-        selection=MATERIALIZABLE,
-        resources=cortex_resources(str(settings.home)),
-    )
-    assert result.success
-    return result
-
-
-def _files(settings) -> dict[str, bytes]:
-    return {name: path.read_bytes() for name, path in settings.paths.published.items()}
+from tests.support.published import (
+    CONVERSATION,
+    ingest_recent_history,
+    materialize_all,
+    published_bytes,
+)
 
 
 def test_outputs_reflect_the_conversation_and_idle_runs_change_nothing(settings, db, tmp_path):
-    _history(settings, db, tmp_path, CONVERSATION)
+    ingest_recent_history(settings, db, tmp_path, CONVERSATION)
     with DagsterInstance.ephemeral() as instance:
-        first = _materialize(settings, instance)
-        before = _files(settings)
+        first = materialize_all(settings, instance)
+        before = published_bytes(settings)
         calls = db.query("SELECT count(*) FROM llm_usage")[0][0]
-        second = _materialize(settings, instance)
-    assert _files(settings) == before  # byte-identical, so a prompt cache stays warm
+        second = materialize_all(settings, instance)
+    assert published_bytes(settings) == before  # byte-identical, so a prompt cache stays warm
     assert db.query("SELECT count(*) FROM llm_usage")[0][0] == calls
     for name in ("narrative", "memory_bulletin", "boot_context"):
         meta = second.asset_materializations_for_node(name)[0].metadata
@@ -185,25 +144,25 @@ def test_a_failed_write_keeps_the_old_file_whole(tmp_path, monkeypatch):
 def test_a_failed_write_keeps_the_last_good_files(settings, db, tmp_path, monkeypatch):
     import cortex_pipelines.publish.outputs as outputs
 
-    _history(settings, db, tmp_path, CONVERSATION[:2])
+    ingest_recent_history(settings, db, tmp_path, CONVERSATION[:2])
     with DagsterInstance.ephemeral() as instance:
-        _materialize(settings, instance)
-        before = _files(settings)
+        materialize_all(settings, instance)
+        before = published_bytes(settings)
         db.run(lambda con: con.execute("UPDATE facts SET text = text || ' Really.'"))
 
         def read_only(path, content, mode=None):
             raise PermissionError(13, "Permission denied", str(path))
 
         monkeypatch.setattr(outputs, "write_atomic", read_only)
-        result = _materialize(settings, instance)  # the run goes on; the file's check is red
-    assert _files(settings) == before
+        result = materialize_all(settings, instance)  # the run goes on; the file's check is red
+    assert published_bytes(settings) == before
     meta = result.asset_materializations_for_node("memory_bulletin")[0].metadata
     assert meta["written"].value is False and "Permission denied" in meta["error"].value
     assert status(settings)["warmup"] == "degraded"
 
 
 def test_unwritable_output_folder_turns_the_written_checks_red(settings, db, tmp_path):
-    _history(settings, db, tmp_path, CONVERSATION[:2])
+    ingest_recent_history(settings, db, tmp_path, CONVERSATION[:2])
     out = settings.paths.out
     out.chmod(0o500)
     if os.access(out, os.W_OK):  # root writes anyway: a regular file where the folder was cannot hold one
@@ -212,7 +171,7 @@ def test_unwritable_output_folder_turns_the_written_checks_red(settings, db, tmp
         out.write_text("not a folder\n")
     try:
         with DagsterInstance.ephemeral() as instance:
-            result = _materialize(settings, instance)  # the run goes on
+            result = materialize_all(settings, instance)  # the run goes on
     finally:
         if out.is_dir():
             out.chmod(0o700)
@@ -262,7 +221,7 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
     }
     os.environ.update(s_env)
     try:
-        _history(settings, db, tmp_path, CONVERSATION[:2])
+        ingest_recent_history(settings, db, tmp_path, CONVERSATION[:2])
 
         def responder(body):
             if "memory bulletin" in body["system"].lower():
@@ -271,12 +230,12 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
 
         messages_server.responder = responder
         with DagsterInstance.ephemeral() as instance:
-            _materialize(settings, instance)
+            materialize_all(settings, instance)
             bulletin = settings.paths.memory_bulletin.read_text()
             assert bulletin.startswith("# Memory Bulletin") and "window seats" in bulletin
             purposes = [r[0] for r in db.query("SELECT purpose FROM llm_usage ORDER BY id")]
             assert purposes.count("bulletin") == 1
-            _materialize(settings, instance)  # nothing changed: no bulletin call
+            materialize_all(settings, instance)  # nothing changed: no bulletin call
             purposes = [r[0] for r in db.query("SELECT purpose FROM llm_usage ORDER BY id")]
             assert purposes.count("bulletin") == 1
 
@@ -286,7 +245,7 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
                 FactDraft("I prefer aisle seats on trains", "preference", 2, (1,), ("telegram",), utcnow()),
             )
             messages_server.responder = lambda body: error(500)
-            failed = _materialize(settings, instance)
+            failed = materialize_all(settings, instance)
         # The previous bulletin is still true: the written check warns, it does not fail the file.
         (written,) = [
             c for c in failed.get_asset_check_evaluations() if c.check_name == "memory_bulletin_written"
