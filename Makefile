@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) -m bench.paraphrase --split check
 	$(PY) -m bench.paraphrase --updates --split check
 	$(PY) -m bench.context_recall --split check
+	$(PY) -m bench.caching --json bench/results/caching.json
 	$(PY) -m bench.perf --json bench/results/perf.json
 
 dev: $(STAMP)

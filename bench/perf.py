@@ -6,8 +6,10 @@ ingest   sensor ingest of a 50,000-message JSONL file and of 1,000 one-message f
          DuckDB INSERT of the same rows
 recall   memory_query p50/p95 over 10,000 and 100,000 memories (synthetic messages of one to three
          sentences, random unit vectors: one per memory and one per sentence of a longer one), against
-         brute-force numpy cosine over the same vectors; and the time to build recall's in-memory
-         snapshot of them from LanceDB, and to load the copy a new process finds saved
+         the plain way (the query through SentenceTransformer.encode, then brute-force numpy cosine over
+         the same vectors); two of its parts alone (the query's embedding, the snapshot's vector scan);
+         and the time to build recall's in-memory snapshot of them from LanceDB, and to load the copy a
+         new process finds saved
 context  context assembly p50/p95 with 100,000 session rows across 20 channels
 embed    our embedder over raw SentenceTransformer.encode on the same texts, and sentences/s
 run      `cortex run` wall time per message for 200 messages with the offline provider
@@ -185,7 +187,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
             recall(db, settings, text, k=10)
             ours.append((time.perf_counter() - started) * 1000)
             progress.advance(qtask)
-        qvecs = []
+        qvecs, query_ms, scan_ms = [], [], []
         for text in queries_said:
             started = time.perf_counter()
             qvecs.append(embedder.encode([text])[0])
@@ -194,12 +196,25 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
             started = time.perf_counter()
             np.argpartition(-(matrix @ qvec), 10)[:10]
             base[n] += (time.perf_counter() - started) * 1000
+        for text in queries_said:
+            started = time.perf_counter()
+            embedder.encode_query(text)
+            query_ms.append((time.perf_counter() - started) * 1000)
+        snapshot = vectors.snapshot(EPISODIC)
+        said = snapshot.where(role="user")
+        for qvec in qvecs:
+            started = time.perf_counter()
+            snapshot.vector_search(qvec, 50, said, 0.2)
+            scan_ms.append((time.perf_counter() - started) * 1000)
         out[str(size)] = {
             "p50": round(statistics.median(ours), 1),
             "p95": round(percentile(ours, 0.95), 1),
             "numpy_p50": round(statistics.median(base), 1),
             "numpy_p95": round(percentile(base, 0.95), 1),
             "ratio_p50": round(statistics.median(ours) / statistics.median(base), 2),
+            "ratio_p95": round(percentile(ours, 0.95) / percentile(base, 0.95), 2),
+            "query_embedding_p50": round(statistics.median(query_ms), 1),
+            "vector_scan_p50": round(statistics.median(scan_ms), 1),
             "vectors": len(matrix),
             "snapshot_build_s": round(load_s, 2),
             "snapshot_saved_load_s": round(saved_load_s, 2),
@@ -224,7 +239,7 @@ def bench_context(tmp: Path, reps: int, progress) -> dict:
     )
     db.run(
         lambda con: con.execute(
-            "INSERT INTO channel_states SELECT DISTINCT channel, max(ts), 0, NULL, 'foreground' FROM session "
+            "INSERT INTO conversations SELECT channel, channel, max(ts), 0, NULL, 'foreground' FROM session "
             "GROUP BY channel"
         )
     )
@@ -356,7 +371,13 @@ def main(argv: list[str] | None = None) -> dict:
             f"recall p50/p95 ms @ {int(size):,}",
             f"{r['p50']} / {r['p95']}",
             f"{r['numpy_p50']} / {r['numpy_p95']} (numpy)",
-            f"{r['ratio_p50']}",
+            f"{r['ratio_p50']} / {r['ratio_p95']}",
+        )
+        table.add_row(
+            f"recall parts p50 ms @ {int(size):,}: query embedding, vector scan",
+            f"{r['query_embedding_p50']}, {r['vector_scan_p50']}",
+            "",
+            "",
         )
         table.add_row(
             f"recall snapshot build / saved load s @ {int(size):,} ({r['vectors']:,} vectors)",

@@ -37,9 +37,10 @@ from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
-from cortex_pipelines.storage.bus import requeue_failed
+from cortex_pipelines.storage.bus import requeue_failed, ring_doorbell
 from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.health import as_store_damaged
+from cortex_pipelines.storage.lease import want_lane
 
 
 class _CortexGroup(TyperGroup):
@@ -180,6 +181,7 @@ def send(
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     path = settings.paths.inbox / channel / f"{stamp}-{secrets.token_hex(3)}.json"
     write_atomic(path, json.dumps(envelope, ensure_ascii=False) + "\n")
+    ring_doorbell(settings.paths.db)  # a lingering processing run ingests it at once
     _say(f"queued in {path}")
 
 
@@ -245,12 +247,13 @@ def run(
         pools = (BRAIN_POOL, MEMORY_POOL)
         for dead in reap_dead_runs(instance, pools):
             _say(f"recovered: {dead.describe()}")
+
+        def waiting(runs: list[str]) -> None:
+            want_lane(settings.paths.db)  # a `cortex dev` run lingering for messages ends now
+            _say(f"waiting for run(s) {', '.join(r[:8] for r in runs)} to finish")
+
         try:
-            wait_for_pools(
-                instance,
-                pools,
-                lambda runs: _say(f"waiting for run(s) {', '.join(r[:8] for r in runs)} to finish"),
-            )
+            wait_for_pools(instance, pools, waiting)
         except KeyboardInterrupt:
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
@@ -297,7 +300,8 @@ def _expire_turns(settings: Settings) -> None:
 
 @app.command("status")
 def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Bus counts, channels and modes, memory tiers, LLM usage, warmup, schedules, supervision."""
+    """Bus counts, channels and modes, conversations, memory tiers, LLM usage, warmup, schedules,
+    supervision."""
     state = status(_ready())
     if as_json:
         _print_json(state)
@@ -305,6 +309,12 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     _say(f"home     {state['home']}")
     out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
+    talked = state["conversations"]
+    layers = f"foreground {talked['foreground']}, background {talked['background']}"
+    out.print(
+        f"conversations {talked['total']} ({layers})  "
+        + "  ".join(f"{k} {v}" for k, v in talked["by_channel"].items())
+    )
     box = state["outbox"]
     out.print(
         f"outbox   {box['waiting']} waiting  {box['leased']} leased  {box['dead_lettered']} dead-lettered"
@@ -317,6 +327,11 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     out.print(
         f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "
         f"{llm['output_tokens']} out tokens"
+    )
+    out.print(
+        f"llm cost {llm['cached_share']:.0%} of input read from cache "
+        f"({llm['cache_read_input_tokens']} read, {llm['cache_creation_input_tokens']} written); "
+        f"about ${llm['cost_per_day_usd']:.4f} a day over {llm['cost_days']} day(s) ({llm['cost_basis']})"
     )
     sched = state["schedules"]
     out.print(f"schedules {sched['active']} active, next {sched['next_fire'] or '-'}")

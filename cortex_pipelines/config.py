@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -50,6 +50,25 @@ ANY_CHANNEL = "*"
 # every channel, and the router's own sender id for delegated results. A configured channel replaces its
 # entry; configuring "*" replaces the fallback for channels without one.
 DEFAULT_OWNERS: dict[str, tuple[str, ...]] = {ANY_CHANNEL: ("user", "maya"), ROUTER_CHANNEL: ("router",)}
+
+
+class ModelPrice(BaseModel):
+    """USD per million tokens: input, output, a 5-minute cache write, a cache read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float = Field(ge=0)
+    cache_read: float = Field(ge=0)
+
+
+# Anthropic's list prices (USD per million tokens) for the default models; CORTEX_LLM_PRICES adds
+# or replaces models. Used for cost estimates only, never for billing.
+DEFAULT_PRICES: dict[str, ModelPrice] = {
+    "claude-sonnet-4-6": ModelPrice(input=3.0, output=15.0, cache_write=3.75, cache_read=0.30),
+    "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_write=1.25, cache_read=0.10),
+}
 
 
 class ConfigError(ValueError):
@@ -101,6 +120,8 @@ class Settings(BaseSettings):
     foreground_max_messages: int = Field(20, ge=1)
     foreground_max_tokens: int = Field(4000, ge=100)
     background_idle_hours: float = Field(24.0, gt=0)
+    # The background layer's lines (one per other active conversation), then "+N more".
+    background_max_lines: int = Field(10, ge=0)
     known_facts_in_floor: int = Field(50, ge=0)
     # Auto-recall (seeds 001 and 002): the top memories for each owner message go into its
     # context; 0 turns it off. Their block stays within this many tokens.
@@ -122,11 +143,29 @@ class Settings(BaseSettings):
     llm_retries: int = Field(3, ge=0, le=10)
     max_output_tokens: int = Field(1024, ge=16)
     max_tool_rounds: int = Field(5, ge=0, le=20)
+    # The stable head of the brain's system prompt (and the tools before it) is marked for the
+    # API's prompt cache; off for a Messages server that refuses cache_control.
+    prompt_caching: bool = True
+    # Per-model prices over DEFAULT_PRICES, e.g. {"claude-opus-4-6": {"input": 5, "output": 25,
+    # "cache_write": 6.25, "cache_read": 0.5}}: what `cortex status` and asset metadata estimate.
+    llm_prices: dict[str, ModelPrice] = {}
+    # Daily token budgets per purpose (tokens in, cached ones included, and out since midnight UTC).
+    # Once spent, a run uses the deterministic path instead: the offline model for replies, the
+    # pattern extraction, the offline summary, the offline observations (the bulletin: its typed
+    # render). Checked before each run (replies, extraction, summaries, observations) or call.
+    reply_daily_token_budget: int = Field(2_000_000, ge=0)
+    extraction_daily_token_budget: int = Field(200_000, ge=0)
+    summary_daily_token_budget: int = Field(50_000, ge=0)
+    observations_daily_token_budget: int = Field(20_000, ge=0)
 
     # Processing
     max_attempts: int = Field(3, ge=1)
     retry_backoff_s: float = Field(30.0, ge=0)
     lease_timeout_s: float = Field(900.0, gt=0)
+    # A processing run that `cortex dev` started keeps watching for new messages this long after it
+    # answered the last one, so a conversation is answered at once (brain/linger.py); 0: it ends
+    # as soon as the bus is empty.
+    brain_linger_seconds: float = Field(120.0, ge=0, le=1800)
     op_deadline_hours: float = Field(24.0, gt=0)
     stuck_after_s: float = Field(600.0, gt=0, description="processing this long with no live drainer")
     # Seed 001's turn TTL, off by default: verbatim messages older than this many days are erased
@@ -272,6 +311,19 @@ class Settings(BaseSettings):
     def sender_allowed(self, channel: str, sender: str | None) -> bool:
         allowed = self.sender_allowlist.get(channel)
         return allowed is None or (sender is not None and sender in allowed)
+
+    def price_for(self, model: str) -> ModelPrice | None:
+        return {**DEFAULT_PRICES, **self.llm_prices}.get(model)
+
+    def daily_token_budget(self, purpose: str) -> int:
+        """The daily token budget of an LLM purpose (an LLM-backed asset's calls)."""
+        return {
+            "reply": self.reply_daily_token_budget,
+            "extraction": self.extraction_daily_token_budget,
+            "summary": self.summary_daily_token_budget,
+            "observations": self.observations_daily_token_budget,
+            "bulletin": self.bulletin_daily_token_budget,
+        }[purpose]
 
     def resolved_api_key(self) -> str | None:
         if self.api_key is not None:

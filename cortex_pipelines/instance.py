@@ -11,12 +11,13 @@ import tomlkit  # edits config.toml without losing comments
 from cortex_pipelines import delivery
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.llm import cost
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
-from cortex_pipelines.storage import Database, bus, usage
+from cortex_pipelines.storage import Database, bus, conversations, usage
 from cortex_pipelines.storage.facts import tier_counts
 from cortex_pipelines.storage.published import BULLETIN, published_row
-from cortex_pipelines.storage.session import channel_states, pins
+from cortex_pipelines.storage.session import pins
 
 WORKSPACE_YAML = """# Written by `cortex init`; `cortex dev` points the Dagster UI at it.
 load_from:
@@ -67,8 +68,8 @@ def dagster_env(settings: Settings) -> dict[str, str]:
 
 def status(settings: Settings) -> dict:
     db = Database(settings.paths.db)
-    seen = {s["channel"] for s in db.run(channel_states)}
-    seen |= set(db.run(bus.channels))
+    talked = db.run(conversations.counts)
+    seen = set(talked["by_channel"]) | set(db.run(bus.channels))
     channels = sorted(seen | set(settings.channel_modes))
     tiers = db.run(tier_counts)
     warm = db.run(published_row, BULLETIN)
@@ -76,6 +77,7 @@ def status(settings: Settings) -> dict:
         "home": str(settings.home),
         "bus": db.run(bus.counts),
         "channels": {name: settings.mode_for(name) for name in channels},
+        "conversations": talked,
         "outbox": delivery.counts(db, settings),
         "memory": {
             "hot": tiers["hot"],
@@ -83,7 +85,7 @@ def status(settings: Settings) -> dict:
             "episodic": vector_store(settings.paths.lance).count(EPISODIC),
             "pinned": len(db.run(pins)),
         },
-        "llm": {"provider": settings.llm_provider, **db.run(usage.totals)},
+        "llm": {"provider": settings.llm_provider, **db.run(usage.totals), **cost.status(db, settings)},
         "warmup": warm["state"] if warm else "cold",
         "cold_dispatches": warm["cold_dispatches"] if warm else 0,
         "schedules": db.run(schedules.summary),

@@ -35,6 +35,9 @@ MAX_RUNTIME_TAG = "dagster/max_runtime"
 # run must not hold the lane forever. The brain lease's own timeout is shorter.
 MAX_RUNTIME_S = 3600
 BRAIN_RUN_TAGS = {**BRAIN_LANE, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S)}
+# A processing run that lingers for more messages (brain/linger.py) stops waiting after this long,
+# well inside MAX_RUNTIME_S; the next message then starts a fresh run.
+LINGER_LIMIT_S = MAX_RUNTIME_S // 2
 
 IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 POLL_S = 0.5

@@ -4,16 +4,23 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
+    AssetMaterialization,
+    DagsterExecutionInterruptedError,
     MaterializeResult,
     MetadataValue,
     asset,
     asset_check,
 )
 
-from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.brain.linger import Linger
+from cortex_pipelines.brain.loop import Brain, DrainReport
+from cortex_pipelines.ingest.inbox import IngestReport, printable
+from cortex_pipelines.lanes import BRAIN_ASSET, LINGER_LIMIT_S, planned_assets
+from cortex_pipelines.llm import cost
+from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
-from cortex_pipelines.storage import bus, lease, outbox, usage
+from cortex_pipelines.storage import Database, bus, lease, outbox, usage
 from cortex_pipelines.storage.session import count_turns
 
 BRAIN_POOL = "cortex_brain"
@@ -32,30 +39,66 @@ BRAIN_POOL = "cortex_brain"
 def session_messages(
     context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
 ) -> MaterializeResult:
-    db = database.get()
-    brain = Brain(db, settings.get(), llm.client(), log=context.log.info)
+    db, config = database.get(), settings.get()
+    client = cost.budgeted(db, config, "reply", llm.client(), context.log.warning) or OfflineClient()
+    brain = Brain(db, config, client, log=context.log.info)
+    linger = None
+    if config.brain_linger_seconds and planned_assets(context.instance, context.run) == {BRAIN_ASSET}:
+        # Nothing in this run waits for this step: keep answering while the conversation goes on.
+        linger = Linger(
+            db,
+            config,
+            config.brain_linger_seconds,
+            LINGER_LIMIT_S,
+            on_batch=lambda batch: context.log_event(
+                AssetMaterialization(context.asset_key, metadata=_batch_metadata(db, batch))
+            ),
+            on_ingest=lambda ingested: _report_ingest(context, db, ingested),
+            stops=(DagsterExecutionInterruptedError, KeyboardInterrupt),
+        )
     try:
-        report = brain.drain()
+        report = brain.drain(linger=linger)
     except lease.BrainBusy as busy:
         context.log.warning(f"{busy}; that process answers the queue")
         return MaterializeResult(metadata={"skipped": MetadataValue.text(str(busy))})
+    spend = cost.run_metadata(db, config, "reply")  # today's replies: a run may linger over many batches
+    return MaterializeResult(metadata={**_batch_metadata(db, report), **spend})
+
+
+def _batch_metadata(db: Database, report: DrainReport) -> dict:
+    """One materialization per batch of answers: a run that lingers records each batch when the
+    next one starts, so the counts of all materializations add up."""
     depth = db.run(bus.counts)
-    session_rows = db.run(count_turns)
-    return MaterializeResult(
-        metadata={
-            "processed": report.processed,
-            "completed": report.completed,
-            "retried": report.retried,
-            "failed": report.failed,
-            "skipped": report.skipped,
-            "recovered": report.recovered,
-            "replies": len(report.replies),
-            "llm_calls": report.llm_calls,
-            "bus_pending": depth["pending"],
-            "bus_failed": depth["failed"],
-            "session_rows": session_rows,
-            "llm_tokens_today": db.run(usage.tokens_today),
-        }
+    return {
+        "processed": report.processed,
+        "completed": report.completed,
+        "retried": report.retried,
+        "failed": report.failed,
+        "skipped": report.skipped,
+        "recovered": report.recovered,
+        "replies": len(report.replies),
+        "llm_calls": report.llm_calls,
+        "bus_pending": depth["pending"],
+        "bus_failed": depth["failed"],
+        "session_rows": db.run(count_turns),
+        "llm_tokens_today": db.run(usage.tokens_today),
+    }
+
+
+def _report_ingest(context: AssetExecutionContext, db: Database, report: IngestReport) -> None:
+    """What a lingering run took from the inbox, reported as the inbox sensor reports it."""
+    for outcome in report.rejected:
+        context.log.warning(f"rejected {printable(outcome.path.name)}: {outcome.error}")
+    context.log_event(
+        AssetMaterialization(
+            "bus_messages",
+            metadata={
+                "accepted": report.accepted,
+                "duplicates": report.duplicates,
+                "rejected_files": len(report.rejected),
+                **{f"bus_{k}": v for k, v in db.run(bus.counts).items()},
+            },
+        )
     )
 
 

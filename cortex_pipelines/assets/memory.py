@@ -26,8 +26,9 @@ from cortex_pipelines.automation import (
     after_input,
     on_new_input,
 )
+from cortex_pipelines.llm import cost
 from cortex_pipelines.memory import cockpit
-from cortex_pipelines.memory.compaction import compact_idle_channels
+from cortex_pipelines.memory.compaction import compact_idle_conversations
 from cortex_pipelines.memory.harvest import harvest_ops
 from cortex_pipelines.memory.maintenance import evict_to_cold, maintain
 from cortex_pipelines.memory.observations import observe
@@ -39,7 +40,7 @@ from cortex_pipelines.resources import (
     SettingsResource,
     VectorsResource,
 )
-from cortex_pipelines.storage import facts
+from cortex_pipelines.storage import facts, usage
 
 MEMORY_POOL = "cortex_memory"
 _common = {"group_name": "memory", "pool": MEMORY_POOL}
@@ -84,7 +85,9 @@ def extracted_facts(
     llm: LLMResource,
 ) -> MaterializeResult:
     db, store, config = database.get(), vectors.get(), settings.get()
-    report = extract_new_facts(db, store, embedder.get(), config, llm.memory_client(), log=context.log.info)
+    after = db.run(usage.last_id)
+    client = cost.budgeted(db, config, "extraction", llm.memory_client(), context.log.warning)
+    report = extract_new_facts(db, store, embedder.get(), config, client, log=context.log.info)
     current = cockpit.current_memory(db, config)
     return MaterializeResult(
         metadata={
@@ -95,6 +98,7 @@ def extracted_facts(
             "llm_calls": report.llm_calls,
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,
+            **cost.run_metadata(db, config, "extraction", after),
             **cockpit.memory_sizes(db, store),
             "preview": MetadataValue.md(cockpit.new_facts(db, report.new)),
             "current_facts": current.facts,
@@ -107,10 +111,10 @@ def extracted_facts(
 @asset(
     deps=["session_messages"],
     kinds={"duckdb", "anthropic", "markdown"},
-    description="Idle foreground channels summarized (rolling per topic) and demoted to background.",
-    # A channel becomes idle when its input stops (compaction_idle_minutes, 60 by default), so this
-    # keeps its hourly tick for 3 to 6 hours after the last turn. A run with no idle channel makes
-    # no LLM call.
+    description="Idle foreground conversations summarized (rolling, each its own) and demoted to background.",
+    # A conversation becomes idle when its input stops (compaction_idle_minutes, 60 by default), so
+    # this keeps its hourly tick for 3 to 6 hours after the last turn. A run with no idle
+    # conversation makes no LLM call.
     automation_condition=after_input(HOURLY, WITHIN_3_TO_6_HOURS),
     code_version="1",
     **_common,
@@ -118,11 +122,15 @@ def extracted_facts(
 def channel_summaries(
     context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
 ) -> MaterializeResult:
-    report = compact_idle_channels(database.get(), settings.get(), llm.memory_client())
+    db, config = database.get(), settings.get()
+    after = db.run(usage.last_id)
+    client = cost.budgeted(db, config, "summary", llm.memory_client(), context.log.warning)
+    report = compact_idle_conversations(db, config, client)
     return MaterializeResult(
         metadata={
-            "compacted_channels": len(report.compacted),
+            "compacted_conversations": len(report.compacted),
             "llm_calls": report.llm_calls,
+            **cost.run_metadata(db, config, "summary", after),
             "hot_snapshot": str(report.snapshot) if report.snapshot else "not written",
             "preview": MetadataValue.md(cockpit.summaries_preview(report.summaries)),
         }
@@ -230,7 +238,10 @@ def observations(
     embedder: EmbedderResource,
     llm: LLMResource,
 ) -> MaterializeResult:
-    report = observe(database.get(), vectors.get(), embedder.get(), settings.get(), llm.memory_client())
+    db, config = database.get(), settings.get()
+    after = db.run(usage.last_id)
+    client = cost.budgeted(db, config, "observations", llm.memory_client(), context.log.warning)
+    report = observe(db, vectors.get(), embedder.get(), config, client)
     return MaterializeResult(
         metadata={
             "observations": len(report.found),
@@ -238,6 +249,7 @@ def observations(
             "new_facts": len(report.new),
             "reinforced_facts": len(report.reinforced),
             "llm_calls": report.llm_calls,
+            **cost.run_metadata(db, config, "observations", after),
             "preview": MetadataValue.md(cockpit.observations_preview(report.found)),
         }
     )

@@ -22,10 +22,12 @@ from dagster import (
 
 from cortex_pipelines.automation import DAILY, HOURLY, WITHIN_3_TO_7_DAYS, after_input, on_new_input
 from cortex_pipelines.config import Paths
+from cortex_pipelines.llm import cost
 from cortex_pipelines.publish import boot, bulletin, conversation, narrative
 from cortex_pipelines.publish.outputs import Published, find_secrets
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
+from cortex_pipelines.storage import usage
 
 _group = {"group_name": "publish"}
 PREVIEW_CHARS = 12000
@@ -168,7 +170,10 @@ def narrative_file(
 def memory_bulletin(
     context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
 ) -> MaterializeResult:
-    result = bulletin.refresh(database.get(), settings.get(), llm.memory_client(), context.log.warning)
+    db, config = database.get(), settings.get()
+    after = db.run(usage.last_id)
+    result = bulletin.refresh(db, config, llm.memory_client(), context.log.warning)
+    result.details.update(cost.run_metadata(db, config, "bulletin", after))
     return _file_result(context, result)
 
 

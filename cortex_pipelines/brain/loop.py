@@ -18,6 +18,7 @@ import numpy as np
 
 from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
+from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
@@ -36,7 +37,7 @@ from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.checkpoints import record_checkpoint
 from cortex_pipelines.storage.published import count_cold_dispatch
-from cortex_pipelines.storage.session import append_inbound, append_reply, mark_channel_read
+from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
 
 Log = Callable[[str], None]
 
@@ -106,23 +107,37 @@ class Brain:
         self.embedder = embedder  # None: the instance's model, loaded once per process when needed
         self.inspect = inspect  # the admin chat's view of the Dagster instance
 
-    def drain(self, max_messages: int | None = None) -> DrainReport:
-        """Process every due message. Raises lease.BrainBusy if another process is draining."""
+    def drain(self, max_messages: int | None = None, linger: Linger | None = None) -> DrainReport:
+        """Process every due message; with `linger`, keep answering messages as they arrive until
+        it says the run should end, handing it each batch answered before the last. Returns the
+        last batch. Raises lease.BrainBusy if another process is draining."""
         report = DrainReport()
-        self.db.run(lease.acquire, "drain", self.settings.lease_timeout_s)
+        try:
+            self.db.run(lease.acquire, "drain", self.settings.lease_timeout_s)
+        except lease.BrainBusy:
+            bus.ring_doorbell(self.db.path)  # the holder may be lingering: it answers at once
+            raise
         try:
             self._export()  # what a killed drainer committed
             self._startup_cleanup(report)
-            with self.db.burst():  # a message's 4-5 short transactions share one attachment
-                while max_messages is None or report.processed < max_messages:
-                    msg = self.db.run(_heartbeat_and_claim)
-                    if msg is None:
-                        break
-                    report.processed += 1
-                    self._process(msg, report)
+            self._answer_due(report, max_messages)
+            while linger is not None and linger.wait_for_messages(answered=report.processed > 0):
+                if report.processed:
+                    linger.on_batch(report)
+                    report = DrainReport()
+                self._answer_due(report, max_messages)
         finally:
             self.db.run(lease.release)
         return report
+
+    def _answer_due(self, report: DrainReport, max_messages: int | None) -> None:
+        with self.db.burst():  # a message's 4-5 short transactions share one attachment
+            while max_messages is None or report.processed < max_messages:
+                msg = self.db.run(_heartbeat_and_claim)
+                if msg is None:
+                    break
+                report.processed += 1
+                self._process(msg, report)
 
     def _startup_cleanup(self, report: DrainReport) -> None:
         def cleanup(con):
@@ -301,6 +316,7 @@ class Brain:
         for round_no in range(rounds + 1):
             request = LLMRequest(
                 system=context.system,
+                stable_system=tuple(context.stable),
                 messages=messages,
                 tools=tools,
                 allow_tools=round_no < rounds,
@@ -353,12 +369,13 @@ class Brain:
             "shadow": routed.shadow,
             "suppressed": routed.suppressed,
         }
-        reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta)
+        owners = sorted(self.settings.owner_ids(channel))
+        reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta, owners)
         for target in routed.delivered:
             if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
                 outbox.add(con, msg.id, target, output.text, sorted(self.settings.owner_ids(target)))
         ops_store.acknowledge(con, context.shown_op_ids)
         bus.mark_failures_shown(con, context.shown_failure_ids)
-        mark_channel_read(con, msg.channel)
+        mark_read(con, context.session_id)
         bus.mark_completed(con, msg.id)
         record_checkpoint(con, msg.id, reply_id)

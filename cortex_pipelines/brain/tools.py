@@ -36,7 +36,7 @@ from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.facts import CATEGORIES
-from cortex_pipelines.storage.session import channel_history
+from cortex_pipelines.storage.session import conversation_history, conversation_of
 
 # Lengths, ranges and category names are checked by memory/control.py, with the same one-line reason
 # for every door; the descriptions tell the model what it will accept.
@@ -54,7 +54,12 @@ class MemoryQueryInput(BaseModel):
 
 class FetchHistoryInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    channel: str = Field(pattern=CHANNEL_PATTERN)
+    conversation: str | None = Field(
+        None,
+        max_length=1000,
+        description="a conversation as the context labels it (channel, channel:chat or channel:chat:thread); "
+        "default: the current one",
+    )
     limit: int = Field(20, ge=1, le=100)
     before_id: int | None = None
 
@@ -165,7 +170,8 @@ COMMON_TOOLS = [
     ),
     _spec(
         "fetch_chat_history",
-        "Fetch earlier messages of one channel, oldest first, beyond what the context shows.",
+        "Fetch earlier messages of one conversation (this one unless named), oldest first, beyond "
+        "what the context shows.",
         FetchHistoryInput,
     ),
     _spec(
@@ -387,7 +393,8 @@ class ToolRunner:
         return [item.as_dict() for item in items]
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
-        turns = self.db.run(channel_history, args.channel, args.limit, args.before_id)
+        conversation = args.conversation or self.db.run(conversation_of, self.session_id)
+        turns = self.db.run(conversation_history, conversation, args.limit, args.before_id)
         return [
             {
                 "id": t.id,

@@ -34,7 +34,7 @@ from cortex_pipelines.config import Settings
 from cortex_pipelines.files import NAME_MAX, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.storage import Database
-from cortex_pipelines.storage.bus import enqueue_one, enqueue_rows
+from cortex_pipelines.storage.bus import enqueue_one, enqueue_rows, ring_doorbell
 from cortex_pipelines.storage.session import import_history
 
 SUFFIXES = (".json", ".jsonl")
@@ -361,4 +361,7 @@ def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -
     error texts, the same idempotent insert. Returns (bus id, duplicate); raises EnvelopeError."""
     (value,) = decode_values(data, jsonl=False)
     row = validate(value, settings, clock.now(), folder_channel=None)
-    return db.run(enqueue_one, row, source)
+    bus_id, duplicate = db.run(enqueue_one, row, source)
+    if not duplicate:
+        ring_doorbell(db.path)
+    return bus_id, duplicate

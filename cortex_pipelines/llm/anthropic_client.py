@@ -20,8 +20,10 @@ class AnthropicClient:
         base_url: str | None,
         timeout_s: float,
         max_retries: int,
+        prompt_caching: bool = True,
     ):
         self.model = model
+        self.prompt_caching = prompt_caching
         self._client = anthropic.Anthropic(
             api_key=api_key or "not-needed-for-local-servers",
             base_url=base_url,
@@ -33,7 +35,7 @@ class AnthropicClient:
         kwargs: dict = {
             "model": self.model,
             "max_tokens": request.max_tokens,
-            "system": request.system,
+            "system": self._system(request),
             "messages": request.messages,
         }
         if request.tools:
@@ -66,7 +68,22 @@ class AnthropicClient:
             input_tokens=usage.input_tokens if usage else 0,
             output_tokens=usage.output_tokens if usage else 0,
             model=message.model or self.model,
+            cache_creation_input_tokens=(usage.cache_creation_input_tokens or 0) if usage else 0,
+            cache_read_input_tokens=(usage.cache_read_input_tokens or 0) if usage else 0,
         )
+
+    def _system(self, request: LLMRequest) -> str | list[dict]:
+        """Text blocks with a cache breakpoint after each stable one (the API caches tools, then
+        system, up to a breakpoint); the plain string when nothing is stable or caching is off."""
+        if not (self.prompt_caching and request.stable_system):
+            return request.system
+        blocks = []
+        for text, cached in request.system_blocks():
+            block: dict = {"type": "text", "text": text}
+            if cached:
+                block["cache_control"] = {"type": "ephemeral"}
+            blocks.append(block)
+        return blocks
 
 
 def _short(text: str) -> str:

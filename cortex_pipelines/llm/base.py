@@ -38,6 +38,22 @@ class LLMRequest:
     allow_tools: bool = True
     # Structured facts about the trigger that the offline client uses instead of parsing prose.
     hints: dict[str, Any] = field(default_factory=dict)
+    # Leading blocks of `system`, in order, that stay the same from call to call: the anthropic
+    # client ends each with a prompt-cache breakpoint (caching the tools, which come first, too).
+    stable_system: tuple[str, ...] = ()
+
+    def system_blocks(self) -> list[tuple[str, bool]]:
+        """`system` as (text, cache breakpoint) blocks: the stable ones, then the rest as one block
+        (left out when empty: the API refuses an empty text block)."""
+        blocks, rest = [], self.system
+        for part in self.stable_system:
+            if not part or not rest.startswith(part):
+                break
+            blocks.append((part, True))
+            rest = rest[len(part) :].lstrip("\n")
+        if rest.strip():
+            blocks.append((rest, False))
+        return blocks
 
 
 @dataclass
@@ -46,9 +62,11 @@ class LLMResponse:
     tool_calls: list[ToolCall]
     content: list[dict[str, Any]]  # assistant content blocks, to append for the next tool round
     stop_reason: str
-    input_tokens: int
+    input_tokens: int  # what was neither written to nor read from the prompt cache, as the API counts
     output_tokens: int
     model: str
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 class LLMClient(Protocol):

@@ -17,6 +17,7 @@ def make_client(settings: Settings, purpose: str = "reply") -> LLMClient:
             base_url=settings.base_url,
             timeout_s=settings.llm_timeout_s,
             max_retries=settings.llm_retries,
+            prompt_caching=settings.prompt_caching,
         )
     from cortex_pipelines.llm.offline import OfflineClient
 

@@ -37,6 +37,8 @@ def complete_recorded(
         purpose=request.purpose,
         input_tokens=response.input_tokens,
         output_tokens=response.output_tokens,
+        cache_creation_input_tokens=response.cache_creation_input_tokens,
+        cache_read_input_tokens=response.cache_read_input_tokens,
         ok=True,
         asset=asset,
         bus_id=bus_id,

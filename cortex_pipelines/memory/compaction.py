@@ -1,6 +1,7 @@
-"""Channel compaction (seed 000): idle foreground channels get a rolling summary and move to the
-background layer. A hot snapshot of the compacted turns is written first, so nothing said in the
-last stretch is lost to a summary."""
+"""Compaction (seed 000), per conversation (storage/conversations.py): an idle foreground
+conversation gets a rolling summary of its own turns and moves to the background layer, so two
+chats or two forum topics of one channel are never summarized together. A hot snapshot of the
+compacted turns is written first, so nothing said in the last stretch is lost to a summary."""
 
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ def _offline_summary(turns: list[dict], previous: str | None) -> str:
     return f"{len(turns)} recent message(s) about {topics}; last from the user: “{line}”"
 
 
-def _snapshot(path: Path, by_channel: dict[str, list[dict]], settings: Settings) -> None:
-    """out/hot-snapshot.md is published (BOOTSTRAP.md embeds it): every turn is one escaped,
-    redacted line."""
+def _snapshot(path: Path, by_conversation: dict[str, list[dict]], settings: Settings) -> None:
+    """out/hot-snapshot.md is published (BOOTSTRAP.md embeds it): a section per conversation, headed
+    by its key, and every turn one escaped, redacted line (chat and thread ids are untrusted too)."""
     lines = ["# Hot snapshot", "", f"Written {utcnow():%Y-%m-%d %H:%M} UTC before compaction.", ""]
-    for channel, turns in by_channel.items():
-        lines.append(f"## {one_line(channel, 64)}")
+    for conversation, turns in by_conversation.items():
+        lines.append(f"## {one_line(conversation, 80)}")
         for t in turns[-SNAPSHOT_TURNS:]:
             who = "user" if t["role"] == "user" else "agent"
             lines.append(f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {one_line(t['content'], 300)} (msg {t['id']})")
@@ -52,33 +53,33 @@ def _snapshot(path: Path, by_channel: dict[str, list[dict]], settings: Settings)
     write_atomic(path, redact("\n".join(lines), settings))
 
 
-def compact_idle_channels(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
+def compact_idle_conversations(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
     report = CompactionReport()
     cutoff = utcnow() - timedelta(minutes=settings.compaction_idle_minutes)
-    idle = db.run(summaries.idle_foreground_channels, cutoff)
+    idle = db.run(summaries.idle_foreground_conversations, cutoff)
     if not idle:
         return report
-    by_channel: dict[str, list[dict]] = {}
+    by_conversation: dict[str, list[dict]] = {}
     previous: dict[str, str | None] = {}
-    for channel in idle:
-        previous[channel], turns = db.run(summaries.unsummarized, channel)
+    for conversation in idle:
+        previous[conversation], turns = db.run(summaries.unsummarized, conversation)
         if turns:
-            by_channel[channel] = turns
-    if by_channel:
+            by_conversation[conversation] = turns
+    if by_conversation:
         report.snapshot = settings.paths.hot_snapshot
         try:
-            _snapshot(report.snapshot, by_channel, settings)
+            _snapshot(report.snapshot, by_conversation, settings)
         except OSError:
             report.snapshot = None  # graceful: the summary is still written to DuckDB
-    for channel in idle:
-        turns = by_channel.get(channel)
-        summary = previous[channel]
+    for conversation in idle:
+        turns = by_conversation.get(conversation)
+        summary = previous[conversation]
         if turns:
-            summary = _summarize(db, llm, turns[-40:], previous[channel], report)
-        report.compacted.append(channel)
+            summary = _summarize(db, llm, turns[-40:], previous[conversation], report)
+        report.compacted.append(conversation)
         if summary:
-            report.summaries[channel] = summary
-        db.run(summaries.demote, channel, summary, [t["id"] for t in turns or []])
+            report.summaries[conversation] = summary
+        db.run(summaries.demote, conversation, summary, [t["id"] for t in turns or []])
     return report
 
 

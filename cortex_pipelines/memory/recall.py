@@ -157,7 +157,7 @@ def recall(
     qvec = query_vector
     if len(fact_table) or len(episode_table):
         if qvec is None:
-            qvec = embedder.encode([query])[0]
+            qvec = embedder.encode_query(query)
         asked = stemmed(query)
         active = fact_table.where(status="active")
         said = episode_table.where(exclude_sources, role="user")
@@ -197,7 +197,7 @@ def recall(
     for turn_id in forgotten.intersection(episodes):
         del episodes[turn_id]
     if qvec is None and recent.column("vector").null_count < recent.num_rows:
-        qvec = embedder.encode([query])[0]
+        qvec = embedder.encode_query(query)
     episodes |= tail.candidates(recent, qvec, query, set(exclude_sources), pool, config)
     hits = _fact_keyword_hits(hot, query, pool, config)
     for fact_id, cand in facts.items():

@@ -15,11 +15,12 @@ from datetime import timedelta
 from functools import partial
 
 from cortex_pipelines.config import Settings
+from cortex_pipelines.llm import cost
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, estimate_tokens
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.publish.outputs import Published, digest, publish
 from cortex_pipelines.publish.safe import document, one_line
-from cortex_pipelines.storage import Database, usage, utcnow
+from cortex_pipelines.storage import Database, utcnow
 from cortex_pipelines.storage.published import BULLETIN, bulletin_facts, published_row, set_published_state
 
 SECTIONS = [
@@ -88,7 +89,7 @@ def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settin
 
 def within_budget(db: Database, settings: Settings, typed: str) -> bool:
     expected = estimate_tokens(typed) + settings.bulletin_words * 2
-    return db.run(usage.tokens_today, "bulletin") + expected <= settings.bulletin_daily_token_budget
+    return cost.within_budget(db, settings, "bulletin", expected)
 
 
 def refresh(

@@ -1,7 +1,8 @@
 """How a sensor that put messages on the bus asks for a processing run: one at a time, keyed on
 what is waiting, never while a live run in the brain lane is already draining (a dead one is
-failed and its slot freed first, so one SIGKILL never stops the instance answering). Every tick
-that requests no run says why in the tick list."""
+failed and its slot freed first, so one SIGKILL never stops the instance answering); that run is
+told through the bus's doorbell instead, in case it is lingering for messages. Every tick that
+requests no run says why in the tick list."""
 
 import json
 
@@ -59,6 +60,7 @@ def request_processing(
             context.log.warning(dead.describe())
         active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=1)
     if active:
+        bus.ring_doorbell(db.path)  # a run lingering for messages looks at the bus at once
         return skip(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus")
     if earlier := _requested_before(context, key):
         return skip(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 
@@ -205,6 +208,28 @@ def due_pending(con) -> tuple[int, str]:
         [utcnow()],
     ).fetchone()
     return int(row[0]), f"upto-{row[1]}-attempts-{row[2]}"
+
+
+def next_retry_at(con) -> datetime | None:
+    """When the earliest message held back for a retry comes due (naive UTC), if any is."""
+    return con.execute(
+        "SELECT min(not_before) FROM bus WHERE state = 'pending' AND not_before > ?", [utcnow()]
+    ).fetchone()[0]
+
+
+def doorbell(db_path: Path) -> Path:
+    """A file touched after messages are put on the bus (`cortex send`, POST /ingest, a sensor
+    that finds messages waiting while a run is alive), so a lingering processing run
+    (brain/linger.py) opens DuckDB only when something may have changed."""
+    return db_path.with_name(db_path.name + ".doorbell")
+
+
+def ring_doorbell(db_path: Path) -> None:
+    """Touch the doorbell; a failure only delays the answer to the inbox sensor's next tick."""
+    path = doorbell(db_path)
+    with suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.utime(path)
 
 
 def channels(con) -> list[str]:

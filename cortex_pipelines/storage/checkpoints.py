@@ -8,8 +8,9 @@ from cortex_pipelines.storage.db import utcnow
 
 
 def record_checkpoint(con, bus_id: int, last_session_id: int) -> None:
-    """In the message's commit: the channel states and how many delegated ops are still open."""
-    states = con.execute("SELECT channel, layer, unread_count FROM channel_states").fetchall()
+    """In the message's commit: the conversation states (in the column V1 named channel_states) and
+    how many delegated ops are still open."""
+    states = con.execute("SELECT conversation, layer, unread_count FROM conversations").fetchall()
     open_ops = con.execute("SELECT count(*) FROM pending_ops WHERE status = 'pending'").fetchone()[0]
     con.execute(
         "INSERT INTO checkpoints (bus_id, created_at, last_session_id, channel_states, open_ops) "

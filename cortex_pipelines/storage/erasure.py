@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cortex_pipelines.storage import updates
+from cortex_pipelines.storage.conversations import OF_BUS, OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
@@ -54,7 +55,7 @@ class Plan:
     derived: list[str]  # what the facts, threads, decisions, summaries... that go with them said
     facts: list[int]  # drawn only from erased turns: deleted
     trimmed: list[int]  # with other sources too: they keep those, and their text
-    ids: dict[str, list]  # threads, decisions, pending_ops, schedules, pins, channels to clear
+    ids: dict[str, list]  # threads, decisions, pending_ops, schedules, pins, conversations to clear
     outbox: list[tuple[int, str]]  # (outbox id, channel): the reply files to delete
     external_ids: list[tuple[str, str]]  # (channel, external id): to find archived inbox copies
     needle: str | None = None  # the --matching text
@@ -137,9 +138,13 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
             break
         bus = grown
     p = {"bus": sorted(bus), "turns": sorted(turns)}
-    p["channels"] = sorted(
+    # The conversations the erased messages were said in, and their channels' own: before
+    # conversations (V10) a channel's summary covered all its chats.
+    p["conversations"] = sorted(
         _set(
             con,
+            f"SELECT {OF_BUS} FROM bus WHERE list_contains($bus::BIGINT[], id) UNION "
+            f"SELECT {OF_TURN} FROM session WHERE list_contains($turns::BIGINT[], id) UNION "
             "SELECT channel FROM bus WHERE list_contains($bus::BIGINT[], id) UNION "
             "SELECT channel FROM session WHERE list_contains($turns::BIGINT[], id)",
             p,
@@ -160,7 +165,7 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
         rows = con.execute(sql, [p[a] for a in args]).fetchall()
         ids[name] = sorted(r[0] for r in rows)
         derived += [str(v) for r in rows for v in r[1:] if v]
-    ids["channels"] = p["channels"]
+    ids["conversations"] = p["conversations"]
     trimmed = _set(
         con,
         "SELECT id FROM facts "
@@ -219,7 +224,7 @@ def expiry_plan(con, cutoff: datetime) -> Plan:
     external = con.execute(
         "SELECT channel, external_id FROM bus WHERE list_contains(?::BIGINT[], id)", [bus]
     ).fetchall()
-    kept = {name: [] for name, _, _ in _DERIVED} | {"channels": []}
+    kept = {name: [] for name, _, _ in _DERIVED} | {"conversations": []}
     return Plan(
         bus,
         turns,
@@ -281,14 +286,14 @@ _DERIVED = [
     (
         "summaries",
         "SELECT topic, summary FROM topic_summaries "
-        "WHERE list_contains(?::VARCHAR[], channel) OR list_has_any(sources, ?::BIGINT[])",
-        ["channels", "turns"],
+        "WHERE list_contains(?::VARCHAR[], topic) OR list_has_any(sources, ?::BIGINT[])",
+        ["conversations", "turns"],
     ),
     (
-        "channel_summaries",
-        "SELECT channel, summary FROM channel_states "
-        "WHERE list_contains(?::VARCHAR[], channel) AND summary IS NOT NULL",
-        ["channels"],
+        "conversation_summaries",
+        "SELECT conversation, summary FROM conversations "
+        "WHERE list_contains(?::VARCHAR[], conversation) AND summary IS NOT NULL",
+        ["conversations"],
     ),
     (
         "pending_ops",
@@ -322,9 +327,9 @@ _DELETES = [
     ("decisions", "DELETE FROM decisions WHERE list_contains($decisions::VARCHAR[], id)"),
     ("summaries", "DELETE FROM topic_summaries WHERE list_contains($summaries::VARCHAR[], topic)"),
     (
-        "channel_summaries",
-        "UPDATE channel_states SET summary = NULL "
-        "WHERE list_contains($channel_summaries::VARCHAR[], channel)",
+        "conversation_summaries",
+        "UPDATE conversations SET summary = NULL "
+        "WHERE list_contains($conversation_summaries::VARCHAR[], conversation)",
     ),
     (
         "statement_updates",

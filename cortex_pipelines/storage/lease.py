@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import socket
+from contextlib import suppress
 from datetime import timedelta
+from pathlib import Path
 
 from cortex_pipelines import processes
 from cortex_pipelines.storage.db import utcnow
@@ -66,3 +68,16 @@ def release(con) -> None:
         "DELETE FROM brain_lease WHERE name = ? AND pid = ? AND host = ?",
         [NAME, os.getpid(), socket.gethostname()],
     )
+
+
+def lane_wanted(db_path: Path) -> Path:
+    """A file touched by a process that waits for the brain lane (`cortex run` beside `cortex dev`):
+    a run lingering for messages (brain/linger.py) ends rather than make it wait out the idle window."""
+    return db_path.with_name(db_path.name + ".wanted")
+
+
+def want_lane(db_path: Path) -> None:
+    path = lane_wanted(db_path)
+    with suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.utime(path)

@@ -319,6 +319,51 @@ V9 = [
     FROM bus b WHERE b.id = outbox.bus_id AND b.channel = outbox.channel""",
 ]
 
+V10 = [
+    # Conversations (seed 001's chatId:threadId): a turn names its conversation, `channel[:chat[:thread]]`
+    # (storage/conversations.py, whose key this spells out as it was at V10). Turns already there get
+    # the key of the message they record or answer on its channel; the rest (an admin note, a reply
+    # sent to another channel) stay NULL, read as the channel's own conversation.
+    "ALTER TABLE session ADD COLUMN conversation VARCHAR",
+    """UPDATE session SET conversation = k.conversation FROM (
+        SELECT id, channel, channel || CASE WHEN chat IS NULL AND topic IS NULL THEN ''
+            ELSE ':' || coalesce(chat, '') || coalesce(':' || topic, '') END AS conversation
+        FROM (SELECT id, channel,
+                replace(replace(nullif(metadata->>'chat_id', ''), '%', '%25'), ':', '%3A') AS chat,
+                replace(replace(nullif(thread, ''), '%', '%25'), ':', '%3A') AS topic
+              FROM bus)
+    ) k WHERE k.id = session.bus_id AND k.channel = session.channel""",
+    # Layer, unread count and summary per conversation instead of per channel. Each channel's row
+    # carries over as is (its summary was the channel's, all chats together); every other
+    # conversation its turns name starts with the channel's layer and no summary of its own.
+    """CREATE TABLE conversations (
+        conversation VARCHAR PRIMARY KEY,
+        channel VARCHAR NOT NULL,
+        last_message_at TIMESTAMP,
+        unread_count INTEGER NOT NULL DEFAULT 0,
+        summary VARCHAR,
+        layer VARCHAR NOT NULL DEFAULT 'foreground'
+    )""",
+    """INSERT INTO conversations (conversation, channel, last_message_at, unread_count, summary, layer)
+    SELECT channel, channel, last_message_at, unread_count, summary, layer FROM channel_states""",
+    """INSERT INTO conversations (conversation, channel, last_message_at, unread_count, summary, layer)
+    SELECT s.conversation, any_value(s.channel), max(s.ts), 0, NULL,
+        coalesce(any_value(c.layer), 'foreground')
+    FROM session s LEFT JOIN channel_states c ON c.channel = s.channel
+    WHERE s.role = 'user' AND s.conversation IS NOT NULL
+      AND s.conversation NOT IN (SELECT channel FROM channel_states)
+    GROUP BY s.conversation""",
+    "DROP TABLE channel_states",
+]
+
+V11 = [
+    # Prompt caching: what each call wrote to and read from the API's prompt cache (input_tokens
+    # counts the rest, as the API reports it).
+    "ALTER TABLE llm_usage ADD COLUMN cache_creation_input_tokens INTEGER DEFAULT 0",
+    "ALTER TABLE llm_usage ADD COLUMN cache_read_input_tokens INTEGER DEFAULT 0",
+    "UPDATE llm_usage SET cache_creation_input_tokens = 0, cache_read_input_tokens = 0",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -329,4 +374,6 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (7, V7),
     (8, V8),
     (9, V9),
+    (10, V10),
+    (11, V11),
 ]

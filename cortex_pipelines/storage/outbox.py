@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cortex_pipelines.config import Paths
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.storage.conversations import addressed
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
@@ -24,8 +25,9 @@ _RECIPIENT = (
     "json_object('chat_id', coalesce(metadata->>'chat_id', sender), 'thread', thread, "
     "'message_id', coalesce(metadata->>'message_id', external_id))"
 )
+# A new message in the conversation of an owner's message: its chat and thread, replying to nothing.
 _NEW_MESSAGE = (
-    "json_object('chat_id', coalesce(metadata->>'chat_id', sender), 'thread', NULL, 'message_id', NULL)"
+    "json_object('chat_id', coalesce(metadata->>'chat_id', sender), 'thread', thread, 'message_id', NULL)"
 )
 _NOBODY = "json_object('chat_id', NULL, 'thread', NULL, 'message_id', NULL)"
 # Not acknowledged, not dead-lettered.
@@ -34,19 +36,17 @@ _UNDELIVERED = "delivered_at IS NULL AND dead_lettered_at IS NULL"
 
 def add(con, bus_id: int, channel: str, text: str, owners: list[str] | None = None) -> None:
     """A reply on the message's own channel goes to its chat, thread and message. One sent to another
-    channel ([[send_to:x]]) starts a new message in the chat where one of `owners` last wrote there;
-    with none, its chat_id is null and the connector dead-letters it."""
+    channel ([[send_to:x]]) starts a new message in the conversation (chat and thread) where one of
+    `owners` last wrote there; with none, its chat_id is null and the connector dead-letters it."""
+    to, _ = addressed(con, bus_id, channel, owners or [])
+    recipient = _RECIPIENT if to == bus_id else _NEW_MESSAGE
     con.execute(
         f"""
         INSERT INTO outbox (bus_id, channel, text, reply_to, created_at, attempts, recipient)
-        SELECT ?, ?, ?, ?, ?, 0, coalesce(
-            (SELECT {_RECIPIENT} FROM bus WHERE id = ? AND channel = ?),
-            (SELECT {_NEW_MESSAGE} FROM bus WHERE channel = ? AND list_contains(?::VARCHAR[], sender)
-             ORDER BY id DESC LIMIT 1),
-            {_NOBODY})
+        SELECT ?, ?, ?, ?, ?, 0, coalesce((SELECT {recipient} FROM bus WHERE id = ?), {_NOBODY})
         ON CONFLICT (bus_id, channel) DO NOTHING
         """,
-        [bus_id, channel, text, bus_id, utcnow(), bus_id, channel, channel, owners or []],
+        [bus_id, channel, text, bus_id, utcnow(), to],
     )
 
 

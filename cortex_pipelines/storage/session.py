@@ -1,10 +1,12 @@
-"""The one session across channels, channel states, pinned items and history import."""
+"""The one session across channels, each turn in its conversation (storage/conversations.py);
+pinned items and history import."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 
+from cortex_pipelines.storage import conversations
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
@@ -14,20 +16,23 @@ _TURN_COLUMNS = "id, role, channel, sender, content, ts"
 
 
 def append_inbound(con, msg: BusMessage) -> int:
-    """Record the inbound turn once, even when a recovered message is processed again."""
+    """Record the inbound turn once, in its conversation, even when a recovered message is
+    processed again."""
+    metadata = json.dumps(msg.metadata)
+    conversation = conversations.key_of(con, msg.channel, metadata, msg.thread)
     row = con.execute(
         """
-        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
-        VALUES (?, 'user', ?, ?, ?, ?, ?)
+        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata, conversation)
+        VALUES (?, 'user', ?, ?, ?, ?, ?, ?)
         ON CONFLICT (bus_id, role) DO NOTHING RETURNING id
         """,
-        [msg.id, msg.channel, msg.sender, msg.text, msg.sent_at, json.dumps(msg.metadata)],
+        [msg.id, msg.channel, msg.sender, msg.text, msg.sent_at, metadata, conversation],
     ).fetchone()
     if row is None:
         return con.execute("SELECT id FROM session WHERE bus_id = ? AND role = 'user'", [msg.id]).fetchone()[
             0
         ]
-    _touch_channel(con, msg.channel, msg.sent_at)
+    conversations.touch(con, conversation, msg.channel, msg.sent_at)
     return row[0]
 
 
@@ -40,14 +45,19 @@ def append_owner_note(con, channel: str, sender: str, content: str) -> int:
     ).fetchone()[0]
 
 
-def append_reply(con, bus_id: int, channel: str, content: str, metadata: dict) -> int:
+def append_reply(
+    con, bus_id: int, channel: str, content: str, metadata: dict, owners: list[str] | None = None
+) -> int:
+    """The reply, in the conversation it goes to: the message's own, or on another channel the
+    owner's newest there (where the outbox sends it, see `conversations.addressed`)."""
+    _, conversation = conversations.addressed(con, bus_id, channel, owners or [])
     row = con.execute(
         """
-        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
-        VALUES (?, 'assistant', ?, 'cortex', ?, ?, ?)
+        INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata, conversation)
+        VALUES (?, 'assistant', ?, 'cortex', ?, ?, ?, ?)
         ON CONFLICT (bus_id, role) DO NOTHING RETURNING id
         """,
-        [bus_id, channel, content, utcnow(), json.dumps(metadata)],
+        [bus_id, channel, content, utcnow(), json.dumps(metadata), conversation],
     ).fetchone()
     return row[0] if row else 0
 
@@ -60,22 +70,17 @@ def reply_text(con, bus_id: int) -> str | None:
     return row[0] if row else None
 
 
-def _touch_channel(con, channel: str, at: datetime) -> None:
-    con.execute(
-        """
-        INSERT INTO channel_states (channel, last_message_at, unread_count, layer)
-        VALUES (?, ?, 1, 'foreground')
-        ON CONFLICT (channel) DO UPDATE SET
-            last_message_at = greatest(channel_states.last_message_at, excluded.last_message_at),
-            unread_count = channel_states.unread_count + 1,
-            layer = 'foreground'
-        """,
-        [channel, at],
-    )
+def conversation_of(con, session_id: int) -> str:
+    """The conversation a turn belongs to."""
+    row = con.execute(f"SELECT {conversations.OF_TURN} FROM session WHERE id = ?", [session_id]).fetchone()
+    if row is None:
+        raise LookupError(f"no turn {session_id} in the session")
+    return row[0]
 
 
-def mark_channel_read(con, channel: str) -> None:
-    con.execute("UPDATE channel_states SET unread_count = 0 WHERE channel = ?", [channel])
+def mark_read(con, session_id: int) -> None:
+    """The turn's conversation has been answered: nothing in it is unread."""
+    conversations.mark_read(con, conversation_of(con, session_id))
 
 
 def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
@@ -83,43 +88,44 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
     result = enqueue_rows(con, rows, source, state="completed")
     if result.inserted:
         con.execute(
-            """
-            INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata)
-            SELECT id, 'user', channel, sender, text, sent_at, metadata FROM bus
+            f"""
+            INSERT INTO session (bus_id, role, channel, sender, content, ts, metadata, conversation)
+            SELECT id, 'user', channel, sender, text, sent_at, metadata, {conversations.OF_BUS} FROM bus
             WHERE id IN (SELECT unnest(?)) ORDER BY id
             ON CONFLICT (bus_id, role) DO NOTHING
             """,
             [result.inserted],
         )
-        for channel, last in con.execute(
-            "SELECT channel, max(sent_at) FROM bus WHERE id IN (SELECT unnest(?)) GROUP BY channel",
+        for conversation, channel, last in con.execute(
+            f"SELECT {conversations.OF_BUS}, channel, max(sent_at) FROM bus WHERE id IN (SELECT unnest(?)) "
+            "GROUP BY ALL",
             [result.inserted],
         ).fetchall():
-            _touch_channel(con, channel, last)
-            mark_channel_read(con, channel)
+            conversations.touch(con, conversation, channel, last)
+            conversations.mark_read(con, conversation)
     return result
 
 
-def channel_history(con, channel: str, limit: int, before_id: int | None = None) -> list[Turn]:
-    """The newest `limit` turns of one channel, oldest first."""
+def conversation_history(con, conversation: str, limit: int, before_id: int | None = None) -> list[Turn]:
+    """The newest `limit` turns of one conversation, oldest first."""
     rows = con.execute(
         f"""
         SELECT {_TURN_COLUMNS} FROM session
-        WHERE channel = ? AND (? IS NULL OR id < ?)
+        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?)
         ORDER BY ts DESC, id DESC LIMIT ?
         """,
-        [channel, before_id, before_id, limit],
+        [conversation, before_id, before_id, limit],
     ).fetchall()
     return [Turn(*r) for r in reversed(rows)]
 
 
 def last_said(con) -> dict[str, tuple[str | None, str]]:
-    """The latest inbound turn on every channel as (sender, text), in one scan."""
+    """The latest inbound turn of every conversation as (sender, text), in one scan."""
     rows = con.execute(
-        "SELECT channel, arg_max(sender, id), arg_max(content, id) FROM session WHERE role = 'user' "
-        "GROUP BY channel"
+        f"SELECT {conversations.OF_TURN}, arg_max(sender, id), arg_max(content, id) "
+        "FROM session WHERE role = 'user' GROUP BY ALL"
     ).fetchall()
-    return {channel: (sender, text) for channel, sender, text in rows}
+    return {conversation: (sender, text) for conversation, sender, text in rows}
 
 
 def inbound_since(con, since: datetime, limit: int) -> list[dict]:
@@ -178,15 +184,6 @@ def inbound_last_week(con, skip_channels: list[str]) -> list[tuple]:
     ).fetchall()
 
 
-def channel_states(con) -> list[dict]:
-    return dict_rows(
-        con.execute(
-            "SELECT channel, last_message_at, unread_count, summary, layer FROM channel_states "
-            "ORDER BY last_message_at DESC NULLS LAST"
-        )
-    )
-
-
 def pins(con) -> list[dict]:
     return dict_rows(con.execute("SELECT id, label, text, created_at FROM pins ORDER BY id"))
 
@@ -219,20 +216,20 @@ def clear_pins(con) -> list[dict]:
     return current
 
 
-_EPISODES = """
+_EPISODES = f"""
     SELECT id, role, channel, sender, content, ts, prev_sender, prev_content, prev_id FROM (
         SELECT id, role, channel, sender, content, ts,
                lag(CASE WHEN role = 'user' THEN sender END IGNORE NULLS) OVER w AS prev_sender,
                lag(CASE WHEN role = 'user' THEN content END IGNORE NULLS) OVER w AS prev_content,
                lag(CASE WHEN role = 'user' THEN id END IGNORE NULLS) OVER w AS prev_id
         FROM session WHERE content <> '[silence]'
-        WINDOW w AS (PARTITION BY channel ORDER BY id)
+        WINDOW w AS (PARTITION BY {conversations.OF_TURN} ORDER BY id)
     )
 """
 
 
 def episodes_after(con, after_id: int, limit: int) -> list[tuple]:
-    """Session turns to index after `after_id`, each with the user turn before it in its channel
+    """Session turns to index after `after_id`, each with the user turn before it in its conversation
     (what full-text search sees beside it) and that turn's id. Only a user turn: the assistant's
     replies quote recalled memories, which would echo into every turn that follows them."""
     return con.execute(f"{_EPISODES} WHERE id > ? ORDER BY id LIMIT ?", [after_id, limit]).fetchall()

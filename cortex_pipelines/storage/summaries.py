@@ -1,51 +1,56 @@
-"""Channel compaction's tables: the rolling summary of each topic (a channel is its own topic) and
-the layer a channel is in (foreground while talked in, background once compacted)."""
+"""Compaction's tables: the rolling summary of each conversation (topic_summaries.topic is the
+conversation key) and the layer a conversation is in (foreground while talked in, background once
+compacted)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from cortex_pipelines.storage.conversations import OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
 
-def idle_foreground_channels(con, idle_since: datetime) -> list[str]:
-    """Foreground channels with no message since a time."""
+def idle_foreground_conversations(con, idle_since: datetime) -> list[str]:
+    """Foreground conversations with no message since a time."""
     return [
         r[0]
         for r in con.execute(
-            "SELECT channel FROM channel_states WHERE layer = 'foreground' AND last_message_at < ? "
-            "ORDER BY channel",
+            "SELECT conversation FROM conversations WHERE layer = 'foreground' AND last_message_at < ? "
+            "ORDER BY conversation",
             [idle_since],
         ).fetchall()
     ]
 
 
-def unsummarized(con, channel: str) -> tuple[str | None, list[dict]]:
-    """The channel's rolling summary (None before the first), and the turns said since it was
+def unsummarized(con, conversation: str) -> tuple[str | None, list[dict]]:
+    """The conversation's rolling summary (None before the first), and its turns said since it was
     written (every turn before the first), silences left out, oldest first."""
-    row = con.execute("SELECT summary, updated_at FROM topic_summaries WHERE topic = ?", [channel]).fetchone()
+    row = con.execute(
+        "SELECT summary, updated_at FROM topic_summaries WHERE topic = ?", [conversation]
+    ).fetchone()
     previous, since = row if row else (None, None)
     turns = dict_rows(
         con.execute(
-            "SELECT id, role, content, ts FROM session WHERE channel = ? AND content <> '[silence]' "
+            f"SELECT id, role, content, ts FROM session WHERE {OF_TURN} = ? AND content <> '[silence]' "
             "AND (? IS NULL OR ts > ?) ORDER BY id",
-            [channel, since, since],
+            [conversation, since, since],
         )
     )
     return previous, turns
 
 
-def demote(con, channel: str, summary: str | None, sources: list[int]) -> None:
-    """Move a compacted channel to the background layer with its summary; the rolling summary is
-    rewritten when new turns (`sources`) made one."""
+def demote(con, conversation: str, summary: str | None, sources: list[int]) -> None:
+    """Move a compacted conversation to the background layer with its summary; the rolling summary
+    is rewritten when new turns (`sources`) made one."""
     if summary and sources:
         con.execute(
             "INSERT OR REPLACE INTO topic_summaries (topic, channel, summary, sources, updated_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [channel, channel, summary, sources, utcnow()],
+            "SELECT conversation, channel, ?, ?, ? FROM conversations WHERE conversation = ?",
+            [summary, sources, utcnow(), conversation],
         )
     con.execute(
-        "UPDATE channel_states SET layer = 'background', summary = coalesce(?, summary) WHERE channel = ?",
-        [summary, channel],
+        "UPDATE conversations SET layer = 'background', summary = coalesce(?, summary) "
+        "WHERE conversation = ?",
+        [summary, conversation],
     )

@@ -179,6 +179,10 @@ def _run_worker_pid(home: Path) -> tuple[str, int] | None:
     return None
 
 
+def _brain_slot_holders(instance: DagsterInstance) -> set[str]:
+    return set(instance.event_log_storage.get_concurrency_info("cortex_brain").active_run_ids)
+
+
 def _dead(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -223,8 +227,32 @@ def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path):
         with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
             dead = instance.get_run_by_id(run_id)
             assert dead.status == DagsterRunStatus.FAILURE
-            assert not instance.event_log_storage.get_concurrency_info("cortex_brain").active_run_ids
+            # The run that answered the rest may still be lingering for more messages, holding the slot.
+            assert run_id not in _brain_slot_holders(instance)
     assert_durable(home, Database(home / "cortex.duckdb"), total)
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_of_a_lingering_run_leaves_the_next_message_answered(tmp_path, monkeypatch):
+    """A run that answered and now lingers for more messages holds the brain lane, its pool slot and
+    the lease while it waits; SIGKILLed there, it must not stop the instance answering."""
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "600")  # it would outlive the test unkilled
+    home = tmp_path / "home"
+    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
+        cli("send", "webchat", "the first message", env=env)
+        wait_for(lambda: _bus_states(home).get("completed", 0) == 1, 180, "the first answer")
+        run_id, pid = wait_for(lambda: _run_worker_pid(home), 30, "the lingering run worker")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _dead(pid), 10, "the killed run worker to die")
+
+        cli("send", "webchat", "the second message", env=env)
+        wait_for(lambda: _bus_states(home).get("completed", 0) == 2, 180, "the answer after the kill")
+        with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+            assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+            assert run_id not in _brain_slot_holders(instance)
+            answered_by = [r for r in instance.get_runs() if r.job_name == "process_messages"]
+            assert len(answered_by) == 2, [(r.run_id[:8], r.status) for r in answered_by]
+    assert_durable(home, Database(home / "cortex.duckdb"), 2)
 
 
 @pytest.mark.soak

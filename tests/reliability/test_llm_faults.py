@@ -68,7 +68,7 @@ def test_a_persistent_fault_fails_the_message_and_the_queue_goes_on(
     # The user hears about it on the next turn, once.
     _queue(s, db, "third message")
     Brain(db, s, make_client(s)).drain()
-    floor = messages_server.requests[-1]["system"]
+    floor = "\n\n".join(block["text"] for block in messages_server.requests[-1]["system"])
     assert "[FAILED MESSAGE]" in floor and "first message" in floor
 
 

@@ -7,12 +7,13 @@ import json
 from cortex_pipelines.ingest.inbox import ingest_path
 
 
-def ingest_history(settings, db, tmp_path, *turns: tuple[str, str], start: str = "2026-11-01T09:00:00Z"):
-    """Put past user turns into the session (no replies), as `cortex ingest --history` does."""
+def ingest_history(settings, db, tmp_path, *turns: tuple, start: str = "2026-11-01T09:00:00Z"):
+    """Put past user turns into the session (no replies), as `cortex ingest --history` does. A turn is
+    (channel, text), or (channel, text, fields) with more envelope fields (metadata, thread)."""
     path = tmp_path / f"history-{len(list(tmp_path.glob('history-*')))}.jsonl"
     base = json.dumps(start)[1:-1]
     lines = []
-    for n, (channel, said) in enumerate(turns):
+    for n, (channel, said, *more) in enumerate(turns):
         stamp = base.replace(":00:00Z", f":{n // 60:02d}:{n % 60:02d}Z")
         lines.append(
             json.dumps(
@@ -22,6 +23,7 @@ def ingest_history(settings, db, tmp_path, *turns: tuple[str, str], start: str =
                     "sender": "maya",
                     "external_id": f"{path.stem}-{n}",
                     "timestamp": stamp,
+                    **(more[0] if more else {}),
                 }
             )
         )

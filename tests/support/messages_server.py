@@ -12,11 +12,23 @@ Usage::
         client = anthropic.Anthropic(api_key="test", base_url=srv.url)
         ...
         assert srv.requests[0]["model"] == "claude-test"
+
+Prompt caching is reported the way the API does: the prompt is read as blocks in the order the
+API caches them (each tool definition, each system block, each message content block); a prefix
+ending at a block with ``cache_control`` is written to the server's cache, and a later request of
+the same model that starts with a written prefix reads it. ``usage`` then splits the prompt into
+``cache_read_input_tokens`` (the longest written prefix the request starts with),
+``cache_creation_input_tokens`` (from there to its last breakpoint) and ``input_tokens`` (the rest).
+Simplified: tokens are JSON characters / 4; a prefix shorter than ``min_cache_tokens`` is not
+cached (the API's minimum is 1024–4096 by model); entries never expire (the API's last 5 minutes
+from their last use); a hit is looked for at every block boundary (the API looks back 20 blocks
+from each breakpoint). More than four breakpoints is a 400, as with the API.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 import threading
@@ -170,6 +182,57 @@ def _approx_tokens(obj: Any) -> int:
     return max(1, len(json.dumps(obj)) // 4)
 
 
+MAX_BREAKPOINTS = 4
+
+
+def _prompt_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The prompt in the order the API caches it: tools, system, messages, one entry a block."""
+    blocks: list[dict[str, Any]] = [dict(t) for t in body.get("tools") or [] if isinstance(t, dict)]
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        blocks.append({"type": "text", "text": system})
+    elif isinstance(system, list):
+        blocks += [dict(b) for b in system if isinstance(b, dict)]
+    for msg in body.get("messages") or []:
+        content = msg.get("content")
+        if isinstance(content, str):
+            blocks.append({"role": msg.get("role"), "type": "text", "text": content})
+        elif isinstance(content, list):
+            blocks += [{"role": msg.get("role"), **b} for b in content if isinstance(b, dict)]
+    return blocks
+
+
+@dataclass
+class _Cache:
+    """Prefixes written by earlier requests, by a digest of the model and the prefix's blocks."""
+
+    min_tokens: int
+    written: set[str] = field(default_factory=set)
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int] | None:
+        """input/cache tokens for `body`, writing its breakpoints; None if it has too many."""
+        blocks = _prompt_blocks(body)
+        breakpoints = [i for i, b in enumerate(blocks) if b.get("cache_control")]
+        if len(breakpoints) > MAX_BREAKPOINTS:
+            return None
+        plain = [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
+        tokens = [_approx_tokens(b) for b in plain]
+        ends = [sum(tokens[: i + 1]) for i in range(len(tokens))]
+        digest, keys = hashlib.sha256(str(body.get("model")).encode()), []
+        for block in plain:
+            digest.update(json.dumps(block, sort_keys=True).encode())
+            keys.append(digest.hexdigest())
+        read = max((ends[i] for i in range(len(blocks)) if keys[i] in self.written), default=0)
+        cacheable = [i for i in breakpoints if ends[i] >= self.min_tokens]
+        self.written.update(keys[i] for i in cacheable)
+        created = max(0, ends[cacheable[-1]] - read) if cacheable else 0
+        return {
+            "input_tokens": max(0, sum(tokens) - read - created),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": read,
+        }
+
+
 # --------------------------------------------------------------------------
 # Server
 # --------------------------------------------------------------------------
@@ -184,8 +247,11 @@ class MessagesServer:
     order and ``request_headers`` the matching (lower-cased) headers.
     """
 
-    def __init__(self, responder: Responder | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, responder: Responder | None = None, host: str = "127.0.0.1", min_cache_tokens: int = 1024
+    ) -> None:
         self.responder = responder
+        self._cache = _Cache(min_cache_tokens)
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self.count_tokens_requests: list[dict[str, Any]] = []
@@ -323,6 +389,12 @@ def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
                 reply = text(reply)
 
             if isinstance(reply, MessageReply):
+                with server._lock:
+                    usage = server._cache.usage(body)
+                if usage is None:
+                    message = f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided."
+                    self._send_json(400, _error_body(400, message))
+                    return
                 self._send_json(
                     200,
                     {
@@ -333,12 +405,7 @@ def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
                         "content": reply.content,
                         "stop_reason": reply.stop_reason,
                         "stop_sequence": None,
-                        "usage": {
-                            "input_tokens": _approx_tokens(body),
-                            "output_tokens": _approx_tokens(reply.content),
-                            "cache_creation_input_tokens": 0,
-                            "cache_read_input_tokens": 0,
-                        },
+                        "usage": {**usage, "output_tokens": _approx_tokens(reply.content)},
                     },
                 )
             elif isinstance(reply, ErrorReply):

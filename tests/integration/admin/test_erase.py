@@ -17,12 +17,14 @@ from cortex_pipelines.admin import erase as eraser
 from cortex_pipelines.admin.chat import AdminChat
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.memory.compaction import compact_idle_conversations
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import index_episodes, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.session import import_history
 from tests.support.cli import cortex
+from tests.support.history import ingest_history
 from tests.support.stores import files_holding, read_only
 
 PIN = "4417-ZQX"
@@ -180,3 +182,25 @@ def test_admin_chat_lists_then_erases(settings, db) -> None:
     assert chat.handle("/erase --before 2026-99-01").startswith("--before")
     assert "as erasure #1" in chat.handle(f"/erase {b1}")
     assert db.query("SELECT text FROM bus") == [("I like green tea",)]
+
+
+def test_erasing_in_one_chat_keeps_the_other_chats_summary(settings, db, tmp_path) -> None:
+    ingest_history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "My locker code is 9931-QPX, chat A.", {"metadata": {"chat_id": 111}}),
+        ("telegram", "Chat B is about the Helios workshop.", {"metadata": {"chat_id": 222}}),
+    )
+    db.run(lambda con: con.execute("UPDATE conversations SET layer = 'foreground'"))
+    compact_idle_conversations(db, settings, llm=None)
+    assert (
+        "9931-QPX" in db.query("SELECT summary FROM conversations WHERE conversation = 'telegram:111'")[0][0]
+    )
+    (locker,) = db.query("SELECT id FROM bus WHERE text LIKE 'My locker%'")[0]
+
+    eraser.erase(settings, eraser.selector(message_ids=[locker]))
+    summaries = dict(db.query("SELECT conversation, summary FROM conversations"))
+    assert summaries["telegram:111"] is None
+    assert "helios" in summaries["telegram:222"].lower()
+    assert [r[0] for r in db.query("SELECT topic FROM topic_summaries")] == ["telegram:222"]

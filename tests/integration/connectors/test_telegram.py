@@ -73,6 +73,11 @@ def test_messages_go_in_and_replies_come_back_in_their_chat_and_topic(tmp_path, 
         assert str(by_chat[FORUM]["message_thread_id"]) == "7"
         assert by_chat[FORUM]["reply_parameters"]["message_id"] == telegram.pushed[topic]["message_id"]
         assert "parse_mode" not in by_chat[OWNER]  # plain text: model output is not valid markup
+        # The private chat and the forum topic are two conversations, each with its reply.
+        assert db.query("SELECT conversation, count(*) FROM session GROUP BY ALL ORDER BY 1") == [
+            (f"telegram:{FORUM}:7", 2),
+            (f"telegram:{OWNER}", 2),
+        ]
         wait_for(lambda: _outbox(db)["waiting"] == 0, 10, "the acknowledgements")
     assert TOKEN not in (tmp_path / "serve.log").read_text()
 

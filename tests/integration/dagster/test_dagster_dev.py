@@ -1,4 +1,5 @@
-"""A real `cortex dev`: the daemon's inbox sensor picks up `cortex send` and a run succeeds."""
+"""A real `cortex dev`: the daemon's inbox sensor picks up `cortex send` and a run succeeds; while
+that run lingers, the conversation's next messages are answered by it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import time
 
 import pytest
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus
 
 from tests.support.dagster_dev import cli, cortex_dev, graphql, successful_run, wait_for
 
@@ -17,7 +19,8 @@ SENSORS = """{ sensorsOrError(repositorySelector: {repositoryName: "__repository
     ... on Sensors { results { name sensorState { status } } } } }"""
 
 
-def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path):
+def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "2")  # the run ends soon after its answer
     home = tmp_path / "home"
     with cortex_dev(home, tmp_path / "dev.log") as (port, env, proc):
         sensors = wait_for(lambda: graphql(port, SENSORS), 60, "sensor list")
@@ -37,3 +40,57 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path):
         assert status["bus"]["completed"] == 1
         assert (home / "dagster_home" / "dagster.yaml").exists()
     assert proc.returncode in (0, 130, -signal.SIGINT), (tmp_path / "dev.log").read_text()[-3000:]
+
+
+def _replies(home) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((home / "outbox" / "webchat").glob("*.json"))]
+
+
+def _processing_runs(home) -> list:
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        return [r for r in instance.get_runs() if r.job_name == "process_messages"]
+
+
+def test_a_lingering_run_answers_the_conversation_then_ends_after_its_idle_window(tmp_path, monkeypatch):
+    linger_s = 15
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", str(linger_s))
+    home = tmp_path / "home"
+    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
+        cli("send", "webchat", "I prefer window seats on long flights", env=env)
+        wait_for(lambda: len(_replies(home)) == 1, 180, "the first reply")
+        (run,) = _processing_runs(home)
+        assert run.status == DagsterRunStatus.STARTED  # answered, and waiting for more
+
+        cli("send", "webchat", "what did I say about seats?", env=env)
+        wait_for(lambda: len(_replies(home)) == 2, 60, "the second reply")
+        answered_at = time.monotonic()
+        assert [r.run_id for r in _processing_runs(home)] == [run.run_id]  # no new run was launched
+
+        ended = wait_for(
+            lambda: [r for r in _processing_runs(home) if r.is_finished], linger_s + 60, "the run to end"
+        )
+        print(f"the run ended {time.monotonic() - answered_at:.1f}s after its last answer")
+        assert [r.status for r in ended] == [DagsterRunStatus.SUCCESS]
+        with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+            logs = " ".join(e.user_message for e in instance.all_logs(run.run_id))
+            materialized = instance.fetch_materializations(AssetKey("session_messages"), limit=10).records
+        assert "bus #1 " in logs and "bus #2 " in logs  # one run log line per message
+        # One materialization per batch of answers, all from this run, their counts adding up.
+        assert {m.run_id for m in materialized} == {run.run_id}
+        processed = [m.asset_materialization.metadata["processed"].value for m in materialized]
+        assert sorted(processed) == [1, 1]
+
+
+def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "900")
+    home = tmp_path / "home"
+    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
+        cli("send", "webchat", "I prefer window seats on long flights", env=env)
+        wait_for(lambda: len(_replies(home)) == 1, 180, "the first reply")
+        (lingering,) = _processing_runs(home)
+        assert lingering.status == DagsterRunStatus.STARTED
+
+        ran = cli("run", env=env, timeout=400)  # far less than the 900 s idle window
+        assert f"waiting for run(s) {lingering.run_id[:8]}" in ran.stdout
+        (ended,) = _processing_runs(home)
+        assert ended.status == DagsterRunStatus.SUCCESS

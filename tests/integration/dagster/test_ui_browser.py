@@ -40,7 +40,8 @@ def _dismiss_popups(page) -> None:
         skip.first.click()
 
 
-def test_graph_run_and_bulletin_preview_are_visible(tmp_path):
+def test_graph_run_and_bulletin_preview_are_visible(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "2")  # the run ends soon after its answer
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     if not Path(CHROMIUM).exists():
         pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")

@@ -48,13 +48,14 @@ def test_a_reply_carries_its_recipient_chat_thread_and_message(quick, db):
     plain = _ingest(quick, db, channel="webchat", sender="maya", external_id="w1")
     _reply(db, asked, "telegram", "answer")
     _reply(db, plain, "webchat", "plain answer")
-    _reply(db, plain, "telegram", "sent elsewhere", ["42"])  # [[send_to:telegram]] from webchat
+    # [[send_to:telegram]] from webchat: a new message in the owner's newest conversation there
+    _reply(db, plain, "telegram", "sent elsewhere", ["42"])
     _reply(db, plain, "whatsapp", "nobody there", ["42"])
     recipients = {(r["channel"], r["text"]): r["recipient"] for r in delivery.waiting(db, quick)}
     assert recipients == {
         ("telegram", "answer"): {"chat_id": "-1001", "thread": "55", "message_id": "9"},
         ("webchat", "plain answer"): {"chat_id": "maya", "thread": None, "message_id": "w1"},
-        ("telegram", "sent elsewhere"): {"chat_id": "-1001", "thread": None, "message_id": None},
+        ("telegram", "sent elsewhere"): {"chat_id": "-1001", "thread": "55", "message_id": None},
         ("whatsapp", "nobody there"): {"chat_id": None, "thread": None, "message_id": None},
     }
 

@@ -7,6 +7,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm import make_client
 from cortex_pipelines.storage import bus, outbox, usage
+from cortex_pipelines.storage.session import add_pin
 from tests.support.inbox import drop, msg
 from tests.support.messages_server import error, text, tool_use
 
@@ -37,7 +38,7 @@ def test_one_tool_round_through_the_sdk(settings, db, messages_server):
     assert report.completed == 2 and report.llm_calls == 3
 
     first, ask, answer = messages_server.requests
-    assert first["model"] == "claude-test" and "You are Cortex" in first["system"]
+    assert first["model"] == "claude-test" and "You are Cortex" in first["system"][0]["text"]
     assert {t["name"] for t in ask["tools"]} >= {"memory_query", "fetch_chat_history", "sessions_spawn"}
     tool_result = answer["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and "aisle seats" in tool_result["content"]
@@ -69,3 +70,49 @@ def test_persistent_server_errors_fail_the_message_visibly(settings, db, message
     assert db.run(bus.counts)["failed"] == 1
     assert "HTTP 500" in db.query("SELECT error FROM bus")[0][0]
     assert db.query("SELECT ok FROM llm_usage") == [(False,)]
+
+
+def _system_text(request: dict) -> list[tuple[str, bool]]:
+    return [(block["text"], "cache_control" in block) for block in request["system"]]
+
+
+def test_the_stable_prefix_is_cached_and_the_next_message_reads_it(settings, db, messages_server):
+    """Persona, workspace files, bulletin, facts and pins come first with a cache breakpoint after
+    them; the time and the rest follow, so the second message reads the first one's prefix."""
+    s = _anthropic(settings, messages_server)
+    s.paths.workspace.mkdir(parents=True, exist_ok=True)
+    (s.paths.workspace / "SOUL.md").write_text("Be brief and kind. " * 200)
+    s.paths.memory_bulletin.write_text("# Memory Bulletin\n\n- Maya likes green tea (src 1)\n")
+    db.run(add_pin, "passport renewal due in March", "todo")
+    drop(s, "webchat", "a.json", msg("webchat", "hello there", "1"))
+    drop(s, "webchat", "b.json", msg("webchat", "and hello again", "2"))
+    ingest_inbox(s, db)
+    messages_server.script(text("Hi."), text("Hi again."))
+    assert Brain(db, s, make_client(s)).drain().completed == 2
+
+    for request in messages_server.requests:
+        blocks = _system_text(request)
+        last_cached = max(i for i, (_, cached) in enumerate(blocks) if cached)
+        assert "You are Cortex" in blocks[0][0] and "Be brief and kind." in blocks[0][0]
+        assert blocks[1][1] and "green tea" in blocks[1][0] and "passport renewal" in blocks[1][0]
+        assert not any("Now:" in text for text, _ in blocks[: last_cached + 1])
+        assert blocks[last_cached + 1][0].startswith("Now: ")  # the time only after the stable prefix
+
+    rows = db.query(
+        "SELECT input_tokens, cache_creation_input_tokens, cache_read_input_tokens FROM llm_usage ORDER BY id"
+    )
+    (_, written, read_first), (_, written_again, read) = rows
+    assert written > 1000 and read_first == 0  # the first message writes the prefix...
+    assert read == written and written_again == 0  # ...the second reads all of it from the cache
+    totals = db.run(usage.totals)
+    assert totals["cache_read_input_tokens"] == read and totals["cache_creation_input_tokens"] == written
+
+
+def test_prompt_caching_off_sends_the_system_prompt_as_text(settings, db, messages_server):
+    s = _anthropic(settings, messages_server, prompt_caching=False)
+    drop(s, "webchat", "a.json", msg("webchat", "hello", "1"))
+    ingest_inbox(s, db)
+    Brain(db, s, make_client(s)).drain()
+    (request,) = messages_server.requests
+    assert isinstance(request["system"], str) and "Now: " in request["system"]
+    assert db.query("SELECT cache_creation_input_tokens, cache_read_input_tokens FROM llm_usage") == [(0, 0)]

@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cortex_pipelines.memory.embedder import DIMENSIONS, Embedder, get_embedder, pick_device
+import cortex_pipelines.memory.embedder as embedder_module
+from cortex_pipelines.memory.embedder import (
+    DIMENSIONS,
+    Embedder,
+    get_embedder,
+    pick_device,
+    resolve_model_path,
+    weights_digest,
+)
+
+QUESTIONS = [
+    "What did Melanie paint last summer?",
+    "When is my dentist appointment?",
+    "Which restaurant did we book for the anniversary?",
+    "How long is the commute to the new office?",
+    "Why did you say the Lisbon flight was cancelled?",
+    "Who is looking after the cat while I'm away?",
+]
 
 
 def test_importing_the_definitions_loads_no_model_and_no_torch():
@@ -70,3 +90,52 @@ def test_cuda_embeddings_match_cpu():
     cpu = Embedder(device="cpu").encode(texts)
     gpu = Embedder(device="cuda").encode(texts)
     assert np.allclose(cpu, gpu, atol=1e-3)
+
+
+def test_a_query_on_cpu_embeds_through_an_int8_onnx_export_close_to_torch(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    embedder = Embedder(device="cpu")
+    reference = embedder.encode(QUESTIONS)
+    queries = np.array([embedder.encode_query(q) for q in QUESTIONS])
+    cosine = (queries * reference).sum(axis=1)
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, cosine
+    assert np.allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-4)
+    exports = list((tmp_path / "cache" / "cortex" / "onnx").glob("*.int8.onnx"))
+    assert [p.name for p in exports] == [f"all-MiniLM-L6-v2-{weights_digest(embedder_source())}.int8.onnx"]
+
+    # A new process finds the export: its first query loads neither torch nor the torch model.
+    code = (
+        "import sys\n"
+        "from cortex_pipelines.memory.embedder import Embedder\n"
+        f"vector = Embedder(device='cpu').encode_query({QUESTIONS[0]!r})\n"
+        "print(','.join(m for m in ('torch', 'sentence_transformers') if m in sys.modules), vector.shape)"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [f"({DIMENSIONS},)"]
+
+
+def embedder_source() -> Path:
+    return Path(resolve_model_path("all-MiniLM-L6-v2"))
+
+
+def test_changed_weights_name_another_export(tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(embedder_source(), copy)
+    before = weights_digest(copy)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert weights_digest(copy) != before
+
+
+def test_an_export_that_misses_torch_leaves_queries_on_torch(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(embedder_module, "QUERY_MIN_COSINE", 1.01)  # no int8 export reaches it
+    embedder = Embedder(device="cpu")
+    vector = embedder.encode_query(QUESTIONS[0])
+    assert np.array_equal(vector, embedder.encode([QUESTIONS[0]])[0])
+    assert "queries embed with torch" in caplog.text
+    assert not list((tmp_path / "cache").rglob("*.onnx"))

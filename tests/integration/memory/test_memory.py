@@ -442,8 +442,8 @@ def test_harvested_op_becomes_a_fact_with_both_source_turns(settings, db, vector
     assert db.query("SELECT status FROM pending_ops") == [("archived",)]
 
 
-def test_idle_channel_is_summarized_demoted_and_snapshotted_first(settings, db, tmp_path):
-    from cortex_pipelines.memory.compaction import compact_idle_channels
+def test_idle_conversation_is_summarized_demoted_and_snapshotted_first(settings, db, tmp_path):
+    from cortex_pipelines.memory.compaction import compact_idle_conversations
 
     ingest_history(
         settings,
@@ -452,14 +452,41 @@ def test_idle_channel_is_summarized_demoted_and_snapshotted_first(settings, db, 
         ("telegram", "Planning the Helios workshop agenda today."),
         ("telegram", "The Helios workshop needs a projector."),
     )
-    db.run(lambda con: con.execute("UPDATE channel_states SET layer = 'foreground'"))
-    report = compact_idle_channels(db, settings, llm=None)
+    db.run(lambda con: con.execute("UPDATE conversations SET layer = 'foreground'"))
+    report = compact_idle_conversations(db, settings, llm=None)
     assert report.compacted == ["telegram"]
     snapshot = (settings.paths.out / "hot-snapshot.md").read_text()
     assert "The Helios workshop needs a projector." in snapshot and "(msg " in snapshot
-    layer, summary = db.query("SELECT layer, summary FROM channel_states WHERE channel = 'telegram'")[0]
+    layer, summary = db.query("SELECT layer, summary FROM conversations WHERE conversation = 'telegram'")[0]
     assert layer == "background" and "helios" in summary.lower()
     sources = db.query("SELECT sources FROM topic_summaries WHERE topic = 'telegram'")[0][0]
     assert len(sources) == 2
-    again = compact_idle_channels(db, settings, llm=None)  # nothing new: nothing to do
+    again = compact_idle_conversations(db, settings, llm=None)  # nothing new: nothing to do
     assert again.compacted == []
+
+
+def test_each_chat_and_topic_is_compacted_into_its_own_summary(settings, db, tmp_path):
+    from cortex_pipelines.memory.compaction import compact_idle_conversations
+
+    ingest_history(
+        settings,
+        db,
+        tmp_path,
+        ("telegram", "Planning the Helios workshop agenda.", {"metadata": {"chat_id": 111}}),
+        ("telegram", "The boiler in the flat is leaking.", {"metadata": {"chat_id": 222}}),
+        ("telegram", "Helios needs a projector too.", {"metadata": {"chat_id": 111}}),
+        ("telegram", "Porto trip: book the train.", {"metadata": {"chat_id": -100}, "thread": "7"}),
+    )
+    db.run(lambda con: con.execute("UPDATE conversations SET layer = 'foreground'"))
+    report = compact_idle_conversations(db, settings, llm=None)
+    assert report.compacted == ["telegram:-100:7", "telegram:111", "telegram:222"]
+    summaries = dict(db.query("SELECT conversation, summary FROM conversations"))
+    assert "helios" in summaries["telegram:111"].lower() and "boiler" not in summaries["telegram:111"].lower()
+    assert "boiler" in summaries["telegram:222"].lower() and "helios" not in summaries["telegram:222"].lower()
+    assert "porto" in summaries["telegram:-100:7"].lower()
+    sources = dict(db.query("SELECT topic, len(sources) FROM topic_summaries"))
+    assert sources == {"telegram:111": 2, "telegram:222": 1, "telegram:-100:7": 1}
+    snapshot = (settings.paths.out / "hot-snapshot.md").read_text()
+    assert "## telegram:111\n" in snapshot and "## telegram:-100:7\n" in snapshot
+    section_222 = snapshot.split("## telegram:222\n")[1].split("##")[0]
+    assert "boiler" in section_222 and "Helios" not in section_222

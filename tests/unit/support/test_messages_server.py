@@ -156,3 +156,35 @@ def test_stream_request_rejected(messages_server: MessagesServer) -> None:  # no
             model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}], stream=True
         )
     assert messages_server.pending == 1
+
+
+def _cached_ask(client: anthropic.Anthropic, stable: str, volatile: str, breakpoints: int = 1):
+    blocks = [{"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}}]
+    blocks += [
+        {"type": "text", "text": f"{n}", "cache_control": {"type": "ephemeral"}}
+        for n in range(breakpoints - 1)
+    ]
+    return client.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        system=[*blocks, {"type": "text", "text": volatile}],  # type: ignore[list-item]
+        messages=[{"role": "user", "content": "hi"}],
+    )
+
+
+def test_cache_usage_is_reported_the_way_the_api_reports_it() -> None:
+    stable = "You are a careful assistant. " * 400  # about 3000 tokens
+    with MessagesServer(min_cache_tokens=1024) as srv:
+        client = _client(srv)
+        first = _cached_ask(client, stable, "Now: 09:00").usage
+        second = _cached_ask(client, stable, "Now: 09:01").usage
+        changed = _cached_ask(client, stable + "!", "Now: 09:02").usage
+        short = _cached_ask(client, "short", "Now: 09:03").usage
+        with pytest.raises(anthropic.BadRequestError, match="maximum of 4"):
+            _cached_ask(client, stable, "x", breakpoints=5)
+
+    assert first.cache_creation_input_tokens > 2500 and first.cache_read_input_tokens == 0
+    assert second.cache_read_input_tokens == first.cache_creation_input_tokens  # the prefix, read
+    assert second.cache_creation_input_tokens == 0 and 0 < second.input_tokens < 100  # the rest
+    assert changed.cache_read_input_tokens == 0 and changed.cache_creation_input_tokens > 2500
+    assert (short.cache_creation_input_tokens, short.cache_read_input_tokens) == (0, 0)  # too short
