@@ -22,7 +22,8 @@ def _job(name: str, selection: AssetSelection, description: str):
 process_messages = _job(
     "process_messages",
     AssetSelection.assets("session_messages"),
-    "Answer every pending message, strictly in bus order.",
+    "Answer every pending message, strictly in bus order, then the conversation's next ones as they "
+    "arrive, until it has been quiet for CORTEX_BRAIN_LINGER_SECONDS.",
 )
 cortex_main = _job(
     "cortex_main",

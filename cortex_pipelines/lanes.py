@@ -9,7 +9,8 @@ BrainLaneRunCoordinator, the run coordinator that dagster.yaml names, tags every
 A SIGKILLed run never reports its own end: Dagster keeps its record STARTED (which the brain-lane
 tag limit counts as busy) and its steps' pool slots claimed (which blocks every later run's step
 in that pool). Every run of ours records its pid in an engine event ("Started process for run",
-"Executing steps in process"), so a run whose process is gone is failed here and its slots freed.
+"Executing steps in process"), so a run whose process is gone is failed here and its slots freed;
+a run killed while it lingers for messages (brain/linger.py) is no different.
 
 Only runs on this machine can be judged by pid: with any launcher other than Dagster's default
 (which runs every run on the code server's host) nothing is reaped, and run monitoring stays the

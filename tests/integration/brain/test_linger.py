@@ -49,4 +49,3 @@ def test_a_lingering_drain_ends_when_another_process_wants_the_lane(settings, db
     Brain(db, settings, OfflineClient()).drain(linger=linger)
     asker.join()
     assert time.monotonic() - started < 60  # far inside the 300 s idle window
-
