@@ -395,6 +395,11 @@ class Paths:
         return self.home / "cortex.duckdb"
 
     @property
+    def connectors(self) -> Path:
+        """Each connector's own state (the parts of replies it has sent)."""
+        return self.home / "connectors"
+
+    @property
     def lance(self) -> Path:
         return self.home / "lance"
 

@@ -6,8 +6,10 @@ the connector confirms a batch only after it is ingested: a restart loses nothin
 nothing. Only senders in CORTEX_SENDER_ALLOWLIST["telegram"] go in; a forum topic is the thread.
 
 Outbound: POST /outbox/poll → sendMessage → POST /outbox/ack, one reply at a time, acknowledged as
-soon as it is sent. Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in
-parts of at most 4,096 characters; a 429 is waited out for its retry_after; a chat that blocked
+soon as it is sent. Each part Telegram accepted is noted on disk first (storage/sent_parts.py), so a
+reply that comes back after a crash resumes after its sent parts instead of repeating them.
+Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in parts of at most
+4,096 characters; a 429 is waited out for its retry_after; a chat that blocked
 the bot, or a chat or topic that is gone, dead-letters the reply.
 
 SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, then it exits.
@@ -28,6 +30,7 @@ from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, Tele
 from cortex_pipelines.config import Settings
 from cortex_pipelines.connectors.gateway_client import GatewayClient, GatewayRefused, Rejected
 from cortex_pipelines.processes import alive
+from cortex_pipelines.storage import sent_parts
 
 CHANNEL = "telegram"
 MAX_CHARS = 4096  # sendMessage's limit, in UTF-16 code units
@@ -126,6 +129,7 @@ class TelegramConnector:
         self.api_base = settings.telegram_api_base.rstrip("/")
         self.gateway_url = gateway_url
         self.parent_pid = parent_pid
+        self.sent_parts_file = settings.paths.connectors / "telegram-sent.sqlite"
         self.say = say
         self.stopping = asyncio.Event()
 
@@ -141,6 +145,7 @@ class TelegramConnector:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         bot = Bot(self.token, base_url=f"{self.api_base}/bot")
+        self.sent = sent_parts.connect(self.sent_parts_file)
         try:
             async with bot, GatewayClient(self.gateway_url, self.key) as gateway:
                 self._say(f"telegram: connected as @{bot.username}, gateway {self.gateway_url}")
@@ -161,6 +166,8 @@ class TelegramConnector:
             raise Fatal(str(exc)) from None
         except TelegramError as exc:
             raise Unavailable(f"Telegram unreachable: {self._redacted(str(exc))}") from None
+        finally:
+            self.sent.close()
         self._say("telegram: stopped")
 
     async def _pause(self, seconds: float) -> None:
@@ -258,7 +265,10 @@ class TelegramConnector:
         chat_id = _number(chat) or chat
         thread = _number(recipient.get("thread"))
         answered = _number(recipient.get("message_id"))
+        already = sent_parts.parts_sent(self.sent, reply["id"])
         for n, part in enumerate(split_message(reply["text"])):
+            if n in already:  # sent before a crash lost the acknowledgement
+                continue
             quote = (
                 ReplyParameters(answered, allow_sending_without_reply=True) if answered and n == 0 else None
             )
@@ -271,6 +281,7 @@ class TelegramConnector:
             except TelegramError as exc:  # network, 5xx: its lease brings it back
                 self._say(f"telegram: reply {reply['id']} not sent ({exc}); it comes back after its lease")
                 return
+            sent_parts.note_part_sent(self.sent, reply["id"], n)
         await gateway.ack([reply["id"]])
 
     async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:

@@ -2,7 +2,8 @@
 
 It keeps updates until a getUpdates with a higher offset confirms them (as Telegram does), answers
 getUpdates by long polling, records every sendMessage, and can answer a chat with 403 (the user
-blocked the bot) or the next sendMessage calls with 429 and a retry_after.
+blocked the bot), the next sendMessage calls with 429 and a retry_after, or hold every sendMessage
+after the first few unanswered (to kill a connector in the middle of a reply).
 
     with FakeTelegram("123:abc") as tg:
         tg.push_text(chat_id=42, user_id=42, text="hi")
@@ -31,6 +32,9 @@ class FakeTelegram:
         self.calls: list[str] = []
         self.blocked_chats: set[int] = set()
         self.rate_limits: list[int] = []  # retry_after of the next sendMessage calls
+        self.hold_sends_after: int | None = None  # once this many are sent, hold the next unanswered
+        self.held = 0  # sendMessage calls being held; they are never delivered
+        self._release = threading.Event()
         self._next_update = 1
         self._next_message = 500
         self._changed = threading.Condition()
@@ -73,6 +77,12 @@ class FakeTelegram:
         with self._changed:
             return [m["text"] for m in self.sent]
 
+    def release_held(self) -> None:
+        """Stop holding: held calls fail with 502 (never delivered) and the next ones go through."""
+        with self._changed:
+            self.hold_sends_after = None
+        self._release.set()
+
     def unconfirmed(self) -> int:
         with self._changed:
             return len(self.updates)
@@ -99,6 +109,12 @@ class FakeTelegram:
             return list(self.updates[: int(params.get("limit") or 100)])
 
     def _send(self, params: dict) -> tuple[int, dict]:
+        with self._changed:
+            hold = self.hold_sends_after is not None and len(self.sent) >= self.hold_sends_after
+            self.held += hold
+        if hold:
+            self._release.wait()
+            return 502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}
         chat_id = int(params["chat_id"])
         if len(params["text"].encode("utf-16-le")) // 2 > 4096:
             return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"}

@@ -133,3 +133,22 @@ def test_a_restart_loses_nothing_and_doubles_nothing(tmp_path, telegram):
         assert telegram.sent_texts() == ["reply one", "reply two", "reply three"]
         assert _outbox(db)["waiting"] == 0
     assert "restarting" in (tmp_path / "serve2.log").read_text()
+
+
+def test_a_reply_cut_off_by_a_crash_resumes_after_the_parts_already_sent(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    with cortex_serve(home, tmp_path / "serve.log", **_env(telegram)) as (_base, _, proc):
+        update = telegram.push_text(OWNER, OWNER, "tell me a long story")
+        wait_for(lambda: len(_ingested(db)) == 1, 30, "the update to go in")
+        story = " ".join(f"word{n}" for n in range(1200))  # three parts
+        telegram.hold_sends_after = 1  # Telegram takes the first part, then the connector is killed
+        _reply_to(db, update, story)
+        wait_for(lambda: telegram.held == 1, 30, "the second part to be on its way")
+        (connector,) = psutil.Process(proc.pid).children()
+        connector.kill()  # SIGKILL before the reply is acknowledged: its lease brings it back
+        telegram.release_held()
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 60, "the restarted connector to finish the reply")
+        parts = telegram.sent_texts()
+        assert len(parts) == 3, "the part sent before the crash must not be sent again"
+        assert "".join(parts) == story
