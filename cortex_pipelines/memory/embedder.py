@@ -5,10 +5,11 @@ Every Dagster run is a fresh process and the code server imports the definitions
 all-MiniLM-L6-v2 by default, or any local path; nothing is downloaded at run time.
 
 Batches (indexing, write-through turns) go through sentence-transformers on torch. A single query
-on CPU goes through an int8 ONNX export of the same weights instead: about 2.5 ms against 12.5 ms
-on two cores, which is most of recall's latency budget. The export is made locally on first use,
-checked against torch on a sample (mean cosine at least 0.99, else queries stay on torch), and
-cached under the user's cache folder, named by a digest of the weights: new weights, a new export.
+on CPU goes through an ONNX export of the same weights on onnxruntime instead: about 5 ms against
+12.5 ms on two cores, where recall's whole budget is 15 ms. The export is made locally on first use,
+checked against torch on a sample (else queries stay on torch), and cached under the user's cache
+folder, named by a digest of the weights: new weights, a new export. Its weights stay float32: an
+int8 export (2.5 ms, mean cosine 0.993 to torch) lost 2 of the paraphrase set's 42 questions.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # Bump when the export below changes: the cached file's name carries it.
-ONNX_RECIPE = "mean-pool-int8-v1"
-QUERY_MIN_COSINE = 0.99
+ONNX_RECIPE = "mean-pool-fp32-v1"
+QUERY_MIN_COSINE = 0.999
 # What the export is checked on: questions and statements as recall sees them.
 CHECK_SAMPLE = (
     "What did I say about my sister's birthday?",
@@ -117,8 +118,8 @@ class Embedder:
         return vectors.astype(np.float32, copy=False)
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query's unit vector, in the same space as `encode`'s: on CPU from the int8 ONNX
-        export when it passed its check, else from torch."""
+        """One query's unit vector, in the same space as `encode`'s: on CPU from the ONNX export when
+        it passed its check, else from torch."""
         with self._query_lock:
             if self._query_encoder is None:
                 self._query_encoder = self._build_query_encoder()
@@ -131,7 +132,7 @@ class Embedder:
             return False
         source = Path(resolve_model_path(self.model_name))
         try:
-            path = onnx_cache() / f"{Path(self.model_name).name}-{weights_digest(source)}.int8.onnx"
+            path = onnx_cache() / f"{Path(self.model_name).name}-{weights_digest(source)}.onnx"
             if not path.is_file():
                 export_query_encoder(self, source, path)
             return QueryEncoder(path, source)
@@ -190,12 +191,10 @@ class QueryEncoder:
 
 
 def export_query_encoder(embedder: Embedder, source: Path, path: Path) -> None:
-    """Export the transformer with its mean pooling and normalisation to ONNX, quantize its weights
-    to int8 (per channel: per tensor lost too much, a mean cosine of 0.96 to torch), check it against
+    """Export the transformer with its mean pooling and normalisation to ONNX, check it against
     torch on CHECK_SAMPLE and write it atomically."""
     import onnx
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = embedder._load()
     transformer = model[0].auto_model.eval()
@@ -217,7 +216,7 @@ def export_query_encoder(embedder: Embedder, source: Path, path: Path) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on shapes it keeps dynamic
-        exported, quantized = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
+        exported = Path(tmp) / "model.onnx"
         torch.onnx.export(
             Pooled(),
             (example["input_ids"], example["attention_mask"]),
@@ -228,14 +227,9 @@ def export_query_encoder(embedder: Embedder, source: Path, path: Path) -> None:
             opset_version=17,
             dynamo=False,
         )
-        logging.disable(logging.WARNING)  # the quantizer's advice to pre-process, on the root logger
-        try:
-            quantize_dynamic(exported, quantized, weight_type=QuantType.QInt8, per_channel=True)
-        finally:
-            logging.disable(logging.NOTSET)
-        int8 = onnx.load(str(quantized))
-    onnx.helper.set_model_props(int8, {"max_seq_length": str(model.max_seq_length)})
-    data = int8.SerializeToString()
+        graph = onnx.load(str(exported))
+    onnx.helper.set_model_props(graph, {"max_seq_length": str(model.max_seq_length)})
+    data = graph.SerializeToString()
     cosine = check_against_torch(embedder, QueryEncoder(data, source))
     if cosine < QUERY_MIN_COSINE:
         raise QueryEncoderMismatch(f"mean cosine to torch {cosine:.4f} < {QUERY_MIN_COSINE}")
