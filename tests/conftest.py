@@ -29,6 +29,9 @@ def _isolated_env(monkeypatch, tmp_path):
             monkeypatch.delenv(name)
     monkeypatch.setenv("CORTEX_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home" / "dagster_home"))
+    # A processing run answers what is queued and ends, as before lingering existed; the tests of
+    # lingering (and of runs beside a lingering one) set their own window.
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "0")
 
 
 @pytest.fixture
