@@ -220,9 +220,9 @@ class Snapshot:
         temporary = folder / f".v{self.version}-{os.getpid()}-{threading.get_ident()}"
         try:
             temporary.mkdir(mode=0o700)
-            # One record batch: a take across several copies every string column (2.5 ms a query).
-            rows_file = temporary / "rows.arrow"
-            feather.write_feather(self.rows, rows_file, compression="uncompressed", chunksize=len(self))
+            # One record batch: a take across several copies whole string columns (2.5 ms a take).
+            rows = temporary / "rows.arrow"
+            feather.write_feather(self.rows, rows, compression="uncompressed", chunksize=len(self))
             np.save(temporary / "vectors.npy", self.vectors.numpy())
             if self.sentence_rows is not None:
                 np.save(temporary / "sentence_vectors.npy", self.sentence_vectors.numpy())
@@ -256,6 +256,7 @@ class Snapshot:
                 "sentence_rows": _array(data, "sentence_rows.npy"),
                 "sentence_starts": _array(data, "sentence_starts.npy"),
             }
+        # combined: a copy saved in several record batches would make every take copy whole columns
         rows = feather.read_table(pa.BufferReader(pa.py_buffer(data["rows.arrow"]))).combine_chunks()
         vectors = torch.from_numpy(_array(data, "vectors.npy"))
         bm25 = bm25s.BM25.load(saved / "bm25")
