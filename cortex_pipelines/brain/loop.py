@@ -276,7 +276,12 @@ class Brain:
                 exclude_sources={session_id},
             )
             old = superseded_statement(
-                msg.text, session_id, found, self.settings.is_owner, embedder.encode, config.update_min_cosine
+                msg.text,
+                session_id,
+                found,
+                self.settings.is_owner,
+                embedder.encode_few,
+                config.update_min_cosine,
             )
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id}: updates not checked ({exc})")
@@ -302,7 +307,7 @@ class Brain:
         try:
             embedder = self.embedder or embedder_for(self.settings)
             lines = turn_lines(msg.sender, msg.text, True)
-            encoded = embedder.encode([*lines, recall_query(msg.text)])
+            encoded = embedder.encode_few([*lines, recall_query(msg.text)])
         except (OSError, RuntimeError, ValueError) as exc:
             self.log(f"message {msg.id} not embedded now ({exc}); episodic indexing will")
             return None, None

@@ -75,12 +75,21 @@ def resolve_model_path(model: str) -> str:
 class Embedder:
     def __init__(self, model: str = DEFAULT_MODEL, device: str = "auto", batch_size: int = 64):
         self.model_name = model
-        self.device = pick_device(device)
+        self.requested_device = device
+        self._device: str | None = None
         self.batch_size = batch_size
         self._model = None
         self._query_encoder: QueryEncoder | bool | None = None  # False: queries go through torch
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()  # building the query encoder loads the model (self._lock)
+
+    @property
+    def device(self) -> str:
+        """Resolved when first needed: finding out whether CUDA is there imports torch (about a
+        second), which a process that only encodes a few texts on the ONNX path never needs."""
+        if self._device is None:
+            self._device = pick_device(self.requested_device)
+        return self._device
 
     def _load(self):
         with self._lock:
@@ -118,17 +127,21 @@ class Embedder:
         return vectors.astype(np.float32, copy=False)
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query's unit vector, in the same space as `encode`'s: on CPU from the ONNX export when
-        it passed its check, else from torch."""
+        """One query's unit vector, in the same space as `encode`'s."""
+        return self.encode_few([text])[0]
+
+    def encode_few(self, texts: list[str]) -> np.ndarray:
+        """A handful of texts (a query, one turn's lines): on CPU one by one through the ONNX export
+        when it passed its check, so a process that answers a message never loads torch; else `encode`."""
         with self._query_lock:
             if self._query_encoder is None:
                 self._query_encoder = self._build_query_encoder()
-        if self._query_encoder is False:
-            return self.encode([text])[0]
-        return self._query_encoder.encode(text)
+        if self._query_encoder is False or not texts:
+            return self.encode(texts)
+        return np.stack([self._query_encoder.encode(text) for text in texts])
 
     def _build_query_encoder(self) -> QueryEncoder | bool:
-        if self.device != "cpu":
+        if self.requested_device not in ("auto", "cpu"):  # an accelerator asked for by name
             return False
         source = Path(resolve_model_path(self.model_name))
         try:
