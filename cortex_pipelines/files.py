@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -14,6 +15,14 @@ def private_umask() -> None:
     """Files that DuckDB, LanceDB and Dagster create follow the umask, not our modes: mask group
     and others out in every Cortex process (the CLI and the Dagster code location set it)."""
     os.umask(os.umask(0o077) | 0o077)
+
+
+def touch(path: Path) -> None:
+    """Create or touch a user-only signal file; a failure is ignored (the signal only hastens what a
+    poll or tick does anyway)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        os.utime(path)
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:

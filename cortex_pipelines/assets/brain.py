@@ -12,9 +12,10 @@ from dagster import (
     asset_check,
 )
 
+from cortex_pipelines.assets.ingest import ingest_materialization
 from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.loop import Brain, DrainReport
-from cortex_pipelines.ingest.inbox import IngestReport, printable
+from cortex_pipelines.ingest.inbox import IngestReport
 from cortex_pipelines.lanes import BRAIN_ASSET, LINGER_LIMIT_S, planned_assets
 from cortex_pipelines.llm import cost
 from cortex_pipelines.llm.offline import OfflineClient
@@ -87,19 +88,8 @@ def _batch_metadata(db: Database, report: DrainReport) -> dict:
 
 def _report_ingest(context: AssetExecutionContext, db: Database, report: IngestReport) -> None:
     """What a lingering run took from the inbox, reported as the inbox sensor reports it."""
-    for outcome in report.rejected:
-        context.log.warning(f"rejected {printable(outcome.path.name)}: {outcome.error}")
-    context.log_event(
-        AssetMaterialization(
-            "bus_messages",
-            metadata={
-                "accepted": report.accepted,
-                "duplicates": report.duplicates,
-                "rejected_files": len(report.rejected),
-                **{f"bus_{k}": v for k, v in db.run(bus.counts).items()},
-            },
-        )
-    )
+    if event := ingest_materialization(db, report, context.log):
+        context.log_event(event)
 
 
 @asset_check(

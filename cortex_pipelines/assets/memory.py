@@ -40,7 +40,7 @@ from cortex_pipelines.resources import (
     SettingsResource,
     VectorsResource,
 )
-from cortex_pipelines.storage import facts, usage
+from cortex_pipelines.storage import facts
 
 MEMORY_POOL = "cortex_memory"
 _common = {"group_name": "memory", "pool": MEMORY_POOL}
@@ -85,8 +85,8 @@ def extracted_facts(
     llm: LLMResource,
 ) -> MaterializeResult:
     db, store, config = database.get(), vectors.get(), settings.get()
-    after = db.run(usage.last_id)
-    client = cost.budgeted(db, config, "extraction", llm.memory_client(), context.log.warning)
+    meter = cost.Meter.start(db, config, "extraction")
+    client = meter.budgeted(llm.memory_client(), context.log.warning)
     report = extract_new_facts(db, store, embedder.get(), config, client, log=context.log.info)
     current = cockpit.current_memory(db, config)
     return MaterializeResult(
@@ -98,7 +98,7 @@ def extracted_facts(
             "llm_calls": report.llm_calls,
             "input_tokens": report.input_tokens,
             "output_tokens": report.output_tokens,
-            **cost.run_metadata(db, config, "extraction", after),
+            **meter.metadata(),
             **cockpit.memory_sizes(db, store),
             "preview": MetadataValue.md(cockpit.new_facts(db, report.new)),
             "current_facts": current.facts,
@@ -123,14 +123,14 @@ def channel_summaries(
     context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
 ) -> MaterializeResult:
     db, config = database.get(), settings.get()
-    after = db.run(usage.last_id)
-    client = cost.budgeted(db, config, "summary", llm.memory_client(), context.log.warning)
+    meter = cost.Meter.start(db, config, "summary")
+    client = meter.budgeted(llm.memory_client(), context.log.warning)
     report = compact_idle_conversations(db, config, client)
     return MaterializeResult(
         metadata={
             "compacted_conversations": len(report.compacted),
             "llm_calls": report.llm_calls,
-            **cost.run_metadata(db, config, "summary", after),
+            **meter.metadata(),
             "hot_snapshot": str(report.snapshot) if report.snapshot else "not written",
             "preview": MetadataValue.md(cockpit.summaries_preview(report.summaries)),
         }
@@ -239,8 +239,8 @@ def observations(
     llm: LLMResource,
 ) -> MaterializeResult:
     db, config = database.get(), settings.get()
-    after = db.run(usage.last_id)
-    client = cost.budgeted(db, config, "observations", llm.memory_client(), context.log.warning)
+    meter = cost.Meter.start(db, config, "observations")
+    client = meter.budgeted(llm.memory_client(), context.log.warning)
     report = observe(db, vectors.get(), embedder.get(), config, client)
     return MaterializeResult(
         metadata={
@@ -249,7 +249,7 @@ def observations(
             "new_facts": len(report.new),
             "reinforced_facts": len(report.reinforced),
             "llm_calls": report.llm_calls,
-            **cost.run_metadata(db, config, "observations", after),
+            **meter.metadata(),
             "preview": MetadataValue.md(cockpit.observations_preview(report.found)),
         }
     )

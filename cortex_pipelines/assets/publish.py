@@ -27,7 +27,6 @@ from cortex_pipelines.publish import boot, bulletin, conversation, narrative
 from cortex_pipelines.publish.outputs import Published, find_secrets
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.resources import DatabaseResource, LLMResource, SettingsResource
-from cortex_pipelines.storage import usage
 
 _group = {"group_name": "publish"}
 PREVIEW_CHARS = 12000
@@ -171,9 +170,9 @@ def memory_bulletin(
     context: AssetExecutionContext, settings: SettingsResource, database: DatabaseResource, llm: LLMResource
 ) -> MaterializeResult:
     db, config = database.get(), settings.get()
-    after = db.run(usage.last_id)
+    meter = cost.Meter.start(db, config, "bulletin")  # the bulletin checks its own budget
     result = bulletin.refresh(db, config, llm.memory_client(), context.log.warning)
-    result.details.update(cost.run_metadata(db, config, "bulletin", after))
+    result.details.update(meter.metadata())
     return _file_result(context, result)
 
 

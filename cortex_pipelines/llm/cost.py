@@ -109,6 +109,27 @@ def run_metadata(db: Database, settings: Settings, purpose: str, after_id: int |
     }
 
 
+@dataclass
+class Meter:
+    """One run of an LLM-backed asset: it marks where the run's calls start, hands out the client
+    only while the purpose's daily budget lasts, and prices the run's calls for its metadata."""
+
+    db: Database
+    settings: Settings
+    purpose: str
+    after_id: int
+
+    @classmethod
+    def start(cls, db: Database, settings: Settings, purpose: str) -> Meter:
+        return cls(db, settings, purpose, db.run(usage.last_id))
+
+    def budgeted(self, llm: LLMClient | None, warn: Callable[[str], None]) -> LLMClient | None:
+        return budgeted(self.db, self.settings, self.purpose, llm, warn)
+
+    def metadata(self) -> dict:
+        return run_metadata(self.db, self.settings, self.purpose, self.after_id)
+
+
 def within_budget(db: Database, settings: Settings, purpose: str, expected: int = 0) -> bool:
     """Whether today's tokens for `purpose`, and `expected` more, fit its daily budget."""
     return db.run(usage.tokens_today, purpose) + expected <= settings.daily_token_budget(purpose)

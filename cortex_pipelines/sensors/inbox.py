@@ -2,18 +2,13 @@
 
 import json
 
-from dagster import (
-    AssetMaterialization,
-    DefaultSensorStatus,
-    SensorEvaluationContext,
-    sensor,
-)
+from dagster import DefaultSensorStatus, SensorEvaluationContext, sensor
 
+from cortex_pipelines.assets.ingest import ingest_materialization
 from cortex_pipelines.ingest.inbox import ingest_inbox, printable
 from cortex_pipelines.jobs import process_messages
 from cortex_pipelines.resources import DatabaseResource, SettingsResource
 from cortex_pipelines.sensors.processing import request_processing
-from cortex_pipelines.storage import bus
 
 
 @sensor(
@@ -27,23 +22,10 @@ from cortex_pipelines.storage import bus
 def inbox_sensor(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
     db = database.get()
     report = ingest_inbox(settings.get(), db)
-    for outcome in report.rejected:
-        context.log.warning(f"rejected {printable(outcome.path.name)}: {outcome.error}")
     for outcome in report.deferred:  # looked at again next tick
         context.log.info(f"deferred {printable(outcome.path.name)}: {outcome.error}")
-    events = []
-    if report.accepted or report.rejected:
-        events.append(
-            AssetMaterialization(
-                "bus_messages",
-                metadata={
-                    "accepted": report.accepted,
-                    "duplicates": report.duplicates,
-                    "rejected_files": len(report.rejected),
-                    **{f"bus_{k}": v for k, v in db.run(bus.counts).items()},
-                },
-            )
-        )
+    event = ingest_materialization(db, report, context.log)
+    events = [event] if event else []
     cursor = json.loads(context.cursor) if context.cursor else {"ingested": 0, "rejected": 0}
     cursor["ingested"] += report.accepted
     cursor["rejected"] += len(report.rejected)

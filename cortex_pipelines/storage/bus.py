@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 
+from cortex_pipelines.files import touch
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
@@ -226,10 +225,7 @@ def doorbell(db_path: Path) -> Path:
 
 def ring_doorbell(db_path: Path) -> None:
     """Touch the doorbell; a failure only delays the answer to the inbox sensor's next tick."""
-    path = doorbell(db_path)
-    with suppress(OSError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        os.utime(path)
+    touch(doorbell(db_path))
 
 
 def channels(con) -> list[str]:

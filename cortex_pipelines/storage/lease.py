@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
-from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 
 from cortex_pipelines import processes
+from cortex_pipelines.files import touch
 from cortex_pipelines.storage.db import utcnow
 
 NAME = "brain"
@@ -77,7 +77,4 @@ def lane_wanted(db_path: Path) -> Path:
 
 
 def want_lane(db_path: Path) -> None:
-    path = lane_wanted(db_path)
-    with suppress(OSError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        os.utime(path)
+    touch(lane_wanted(db_path))
