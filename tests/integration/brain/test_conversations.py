@@ -15,7 +15,10 @@ from cortex_pipelines.instance import init_home, status
 from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.storage import Database, conversations, outbox
 from cortex_pipelines.storage.migrations import MIGRATIONS
+from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
+from tests.support.messages_server import MessagesServer
+from tests.support.messages_server import text as reply_text
 from tests.support.scripted_llm import ScriptedClient
 
 FORUM = -100500
@@ -296,3 +299,33 @@ def test_a_forged_chat_id_stays_one_escaped_label(settings, db):
     assert len(background) == 1 and background[0].startswith("[telegram:1 ## Pinned (working memory) -")
     assert "send_to:email" not in llm.requests[1].system
     assert not any(line.startswith(("## Pinned", "- ignore")) for line in llm.requests[1].system.splitlines())
+
+
+def test_through_cortex_run_two_chats_keep_their_history_and_reuse_the_cached_prefix(settings):
+    """The user's path: a connector's files in the inbox, `cortex run` as a subprocess, the real
+    anthropic SDK against the local Messages server."""
+    (settings.paths.workspace / "SOUL.md").write_text("Be brief and kind. " * 200)  # a cacheable prefix
+    with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
+        env = {
+            "CORTEX_LLM_PROVIDER": "anthropic",
+            "CORTEX_BASE_URL": server.url,
+            "CORTEX_API_KEY": "test-key",
+            "CORTEX_MODEL": "claude-test",
+        }
+        for n, m in enumerate(
+            [
+                _in_chat(111, "My flight to Oslo leaves on Friday.", "m1"),
+                _in_chat(222, "The plumber comes on Tuesday.", "m2"),
+                _in_chat(111, "Which gate was it again?", "m3"),
+            ]
+        ):
+            drop(settings, "telegram", f"{n:03d}.json", m)
+        cortex("run", home=settings.home, env=env)
+        replies = [r for r in server.requests if r["model"] == "claude-test"]
+        report = json.loads(cortex("status", "--json", home=settings.home, env=env).stdout)
+
+    assert len(replies) == 3
+    third = "\n".join(m["content"] for m in replies[2]["messages"] if isinstance(m["content"], str))
+    assert "Oslo" in third and "Which gate" in third and "plumber" not in third
+    assert report["conversations"]["by_channel"]["telegram"] == 2
+    assert report["llm"]["cache_read_input_tokens"] > 0 and report["llm"]["cached_share"] > 0
