@@ -399,6 +399,28 @@ def same_pair(old: str, new: str) -> bool:
     return old.startswith("old:") and new.startswith("new:") and old[4:] == new[4:]
 
 
+def links_by_half(links: list[tuple[str, str, float]], pairs: list[dict], split: str) -> dict:
+    """The detected links of the asked half (or both): true ones by pair, the pairs left unlinked,
+    and false ones, each counted in the half of the newer statement's pair ("distractors" when a
+    distractor made it), so a tune run shows nothing of the check half."""
+    half = {p["id"]: p["split"] for p in pairs}
+
+    def half_of(label: str) -> str:
+        return half.get(label.partition(":")[2], "distractors") if label.startswith("new:") else "distractors"
+
+    out = {}
+    for name in [h for h in SPLITS if split in (h, "all")] + ["distractors"]:
+        true = sorted(
+            (new[4:], cosine) for old, new, cosine in links if same_pair(old, new) and half_of(new) == name
+        )
+        out[name] = {
+            "true": true,
+            "missed": sorted({p for p, h in half.items() if h == name} - {pair for pair, _ in true}),
+            "false": [link for link in links if not same_pair(link[0], link[1]) and half_of(link[1]) == name],
+        }
+    return out
+
+
 def run_updates(split: str, console: Console) -> dict:
     pairs, distractors = load_updates(), load_distractors()
     asked = chosen(pairs, split)
@@ -441,10 +463,7 @@ def run_updates(split: str, console: Console) -> dict:
         "questions": len(asked),
         "pairs": len(pairs),
         "systems": {m: summary(records, m, ()) for m in ("reply", "live", "settled", "bm25", "dense")},
-        "update_links": {
-            "true": sorted((new[4:], cosine) for old, new, cosine in inst.links if same_pair(old, new)),
-            "false": [link for link in inst.links if not same_pair(link[0], link[1])],
-        },
+        "update_links": links_by_half(inst.links, pairs, split),
         "timing": inst.timing,
         "questions_detail": records,
     }
@@ -475,8 +494,11 @@ def print_tables(out: dict, console: Console, columns: tuple[str, ...]) -> None:
         console.print(table)
     links = out.get("update_links")
     if isinstance(links, dict):
-        false = links["false"]
-        console.print(f"update links: {len(links['true'])} true {links['true']}, {len(false)} false {false}")
+        for name, found in links.items():
+            true, missed, false = found["true"], found["missed"], found["false"]
+            console.print(
+                f"update links, {name}: {len(true)} true {true}, missed {missed}, {len(false)} false {false}"
+            )
     elif links is not None:
         console.print(f"update links (none intended): {len(links)} {links}")
     console.print(f"timing: {out['timing']}")

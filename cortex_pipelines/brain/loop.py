@@ -282,6 +282,7 @@ class Brain:
                 self.settings.is_owner,
                 embedder.encode_few,
                 config.update_min_cosine,
+                config.update_same_attribute_min_cosine,
             )
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id}: updates not checked ({exc})")

@@ -70,16 +70,18 @@ def clean_fact(sentence: str) -> str:
     return text[:1].upper() + text[1:] if text else text
 
 
-def extract_offline(turns: list[Turn], injected: InjectedText) -> list[FactDraft]:
+def extract_offline(
+    turns: list[Turn],
+    injected: InjectedText,
+    replaced: dict[int, tuple[list[int], str | None, int | None]] | None = None,
+) -> list[FactDraft]:
+    """Facts from the sentences a capture pattern recognises. `replaced`: the turns that updated
+    earlier statements (storage/updates.py `replaced_statements`), which are facts too."""
     drafts = []
     for turn in turns:
         if turn.channel in SKIP_CHANNELS:
             continue
-        for sentence in sentences(turn.content):
-            if not (_MIN_CHARS <= len(sentence) <= _MAX_CHARS) or injected.contains(sentence):
-                continue
-            if is_question(sentence):
-                continue  # "What's my favourite restaurant?" asks; it states nothing
+        for sentence in _statements(turn, injected):
             found = classify(sentence)
             if found is None:
                 continue
@@ -88,7 +90,41 @@ def extract_offline(turns: list[Turn], injected: InjectedText) -> list[FactDraft
                 continue
             category, importance = found
             drafts.append(FactDraft(text, category, importance, (turn.id,), (turn.channel,), turn.ts))
-    return drafts
+    return drafts + _current_values(turns, injected, replaced or {}, drafts)
+
+
+def _statements(turn: Turn, injected: InjectedText) -> list[str]:
+    """The turn's own sentences that state something (not injected text, not a question such as
+    "What's my favourite restaurant?")."""
+    return [
+        s
+        for s in sentences(turn.content)
+        if _MIN_CHARS <= len(s) <= _MAX_CHARS and not injected.contains(s) and not is_question(s)
+    ]
+
+
+def _current_values(
+    turns: list[Turn],
+    injected: InjectedText,
+    replaced: dict[int, tuple[list[int], str | None, int | None]],
+    drafts: list[FactDraft],
+) -> list[FactDraft]:
+    """A statement that updated an earlier one is the current value of what it said, so it is a
+    fact even when no capture pattern knows its words ("I got promoted to senior engineer!"), of the
+    kind of the fact it replaces (identity, ...): otherwise the floor and the bulletin, which drop
+    the outdated fact, would show nothing in its place."""
+    kinds = {d.sources[0]: (d.category, d.importance) for d in drafts}
+    out = []
+    for turn in turns:
+        if turn.id not in replaced or turn.id in kinds or turn.channel in SKIP_CHANNELS:
+            continue
+        old_turns, category, importance = replaced[turn.id]
+        in_batch = [kinds[t] for t in old_turns if t in kinds]
+        kind = max(in_batch, key=lambda k: k[1]) if in_batch else (category or "fact", importance or 2)
+        for sentence in _statements(turn, injected):
+            if len(text := clean_fact(sentence)) >= _MIN_CHARS:
+                out.append(FactDraft(text, *kind, (turn.id,), (turn.channel,), turn.ts))
+    return out
 
 
 class _LLMFact(BaseModel):

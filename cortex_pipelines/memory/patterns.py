@@ -76,3 +76,83 @@ def classify(sentence: str) -> tuple[str, int] | None:
     specific = [c for c in matched if c.category != "fact"]
     category = (specific or matched)[0].category
     return category, max(c.importance for c in matched)
+
+
+# Knowledge updates (memory/updates.py): the attribute of the user's life a statement is about,
+# named by the words that name the attribute, never by its values ("bank", "accounts"; not
+# "Barclays"), so a value the table has never seen still counts. Two statements about a shared
+# attribute are compared leniently; a statement naming none is compared on meaning alone. Each row
+# is (language, attribute, regex); several languages may share an attribute.
+_ATTRIBUTE_ROWS: list[tuple[str, str, str]] = [
+    (
+        "en",
+        "home",
+        r"\b(live|living|lives|moved (in)?to|flat|apartment|house|address|rent|landlord|"
+        r"neighbou?rhood)\b",
+    ),
+    ("de", "home", r"\b(wohne|wohnung|umgezogen|adresse|miete)\b"),
+    (
+        "en",
+        "work",
+        r"\b(works? (as|at|for|in)|working (as|at|for|in)|jobs?|employer|employed|company|colleagues?|boss|"
+        r"promot\w*|hired|career|first day at|started (as|at)|shifts?|junior|senior|developer|engineer)\b",
+    ),
+    ("de", "work", r"\b(arbeite\w*|stelle|firma|chef|kollegen)\b"),
+    (
+        "en",
+        "commute",
+        r"\b(commute|commuting|bus|train|tube|subway|cycle|cycling|bike|"
+        r"to work|to the office)\b",
+    ),
+    ("en", "money", r"\b(bank(s|ing)?|accounts?|mortgage|credit card|savings|pension)\b"),
+    ("de", "money", r"\b(bank|konto|sparkasse)\b"),
+    ("en", "phone", r"\b(phone|smartphone|mobile)\b"),
+    ("de", "phone", r"\b(handy|telefon)\b"),
+    ("en", "number", r"\b(number|numbers)\b"),
+    ("de", "number", r"\b(nummer)\b"),
+    ("en", "vehicle", r"\b(car|cars|drive|driving|vehicle|motorbike)\b"),
+    ("de", "vehicle", r"\b(auto|fahre)\b"),
+    (
+        "en",
+        "partner",
+        r"\b(girlfriend|boyfriend|partner|wife|husband|fianc[eé]e?|dating|married|divorced|spouse)\b",
+    ),
+    ("de", "partner", r"\b(freundin|partnerin|verheiratet)\b"),
+    ("en", "diet", r"\b(eat|eating|diet|vegan|vegetarian|pescatarian|meat)\b"),
+    ("en", "fitness", r"\b(gym|membership|fitness|workouts?)\b"),
+    ("en", "running", r"\b(run|runs|running|jog|jogging|marathon)\b"),
+    ("en", "drink", r"\b(coffee|tea|latte|espresso|cappuccino)\b"),
+    ("en", "doctor", r"\b(gp|doctor|dr|physio|therapist|clinic)\b"),
+    ("de", "doctor", r"\b(arzt|ärztin|hausarzt)\b"),
+    ("en", "dentist", r"\b(dentists?|dental)\b"),
+    (
+        "en",
+        "medication",
+        r"\b(medication|medicine|meds|pills?|prescri\w*|put me on|dose|tablets?|inhaler|"
+        r"hay fever|allerg\w*)\b",
+    ),
+    ("en", "pet", r"\b(pets?|dog|cat|puppy|kitten)\b"),
+    ("en", "language", r"\b(languages?|lessons?|speak)\b"),
+    ("en", "team", r"\b(support|supporter|fan|allegiance|team|club)\b"),
+    ("en", "groceries", r"\b(groceries|grocery|supermarket|weekly shop|food shop)\b"),
+    # where someone studies, not "a friend since school"
+    (
+        "en",
+        "school",
+        r"(?<!since )(?<!from )\b(school|academy|primary|nursery|kindergarten|university|college)\b"
+        r"(?! friends?)",
+    ),
+    ("en", "subscription", r"\b(subscribe\w*|subscription|signed up|streaming)\b"),
+    ("en", "internet", r"\b(broadband|internet|wifi|wi-fi|fibre|provider)\b"),
+    ("en", "restaurant", r"\b(restaurant|pizza|takeaway|caf[eé])\b"),
+    ("en", "instrument", r"\b(instrument|play(ing)? the|lessons?)\b"),
+]
+
+ATTRIBUTES: list[tuple[str, re.Pattern[str]]] = [
+    (attribute, re.compile(rx, re.IGNORECASE)) for _, attribute, rx in _ATTRIBUTE_ROWS
+]
+
+
+def attributes_of(text: str) -> frozenset[str]:
+    """The attributes of the user's life a statement names ("I bank with Barclays": money)."""
+    return frozenset(attribute for attribute, pattern in ATTRIBUTES if pattern.search(text))

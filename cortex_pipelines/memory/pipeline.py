@@ -273,7 +273,7 @@ def extract_new_facts(
     injected = InjectedText.from_outputs(settings.paths.out, extra=db.run(session.replies_after, cursor))
     report = WriteReport(turns_read=len(turns))
     if llm is None:
-        drafts = extract_offline(turns, injected)
+        drafts = extract_offline(turns, injected, db.run(updates.replaced_statements, [t.id for t in turns]))
     else:
         drafts = []
         for start in range(0, len(turns), 40):

@@ -46,9 +46,15 @@ class RecallConfig:
     # Turns said since the last episodic indexing run that recall reads from DuckDB.
     tail_turns: int = 2000
     # Knowledge updates (memory/updates.py): a statement announcing a change supersedes the earlier
-    # owner statement recall finds for it when their cosine reaches this; the superseded memory
-    # keeps this share of its score, just behind the statement that replaced it.
-    update_min_cosine: float = 0.38
+    # owner statement recall finds for it when their cosine reaches `update_min_cosine`, or
+    # `update_same_attribute_min_cosine` when both name the same attribute ("bank", "accounts");
+    # the superseded memory keeps `outdated_weight` of its score, just behind its successor. On the
+    # update set's tune half, true pairs sharing an attribute scored 0.33-0.68, the best false one
+    # 0.36 (with a "school" that meant "friend since school", since excluded); true pairs sharing
+    # none scored 0.54-0.66, false ones up to 0.49 (small talk: "on my way out the door now" /
+    # "brb, someone's at the door", 0.44 with "I just got home").
+    update_min_cosine: float = 0.5
+    update_same_attribute_min_cosine: float = 0.3
     update_candidates: int = 5
     outdated_weight: float = 0.8
 

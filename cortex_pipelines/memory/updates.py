@@ -4,8 +4,10 @@
 recall must say Porto first and keep Lisbon as history. Detection is offline and cheap, and runs
 only on turns that announce a change (a few per cent): a statement with a change marker ("moved
 to", "switched", "now", "instead", "no longer", …) supersedes the earlier owner statement that
-recall finds for it, when the two are close in meaning. The link is stored between the turns
-(storage/updates.py); facts drawn only from superseded turns get their valid_to.
+recall finds for it, when the two are close in meaning: leniently when both name the same attribute
+of the user's life (memory/patterns.py: "I bank with Barclays", "I moved all my accounts to
+Monzo"), strictly otherwise. The link is stored between the turns (storage/updates.py); facts drawn
+only from superseded turns get their valid_to.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cortex_pipelines.memory.patterns import attributes_of
 from cortex_pipelines.text import is_question, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
@@ -25,7 +28,8 @@ from cortex_pipelines.text import is_question, split_sentences
 CHANGE = re.compile(
     r"(?<!right )\b(now|nowadays|these days|any ?more|no longer|no more|instead|switched|switching|"
     r"changed|moved|started|starting|joined|quit|dropped|cancell?ed|sold|replaced|swapped|gone|"
-    r"became|promoted|up to|took up|taken up|done with|adopted|registered|first day)\b"
+    r"became|promoted|up to|took up|taken up|done with|adopted|registered|first day|"
+    r"found a (new|better|different))\b"
     # "new" as in "our new pizza spot" or "New number: …", not "the new bakery" or "a new curtain"
     r"|\b(my|our|his|her|their) new\b|^\s*new\b"
     r"|\b(jetzt|nun|inzwischen|mittlerweile|neu(e[nmrs]?)?|stattdessen|nicht mehr|umgezogen|"
@@ -42,6 +46,12 @@ FIRST_PERSON = re.compile(
 )
 OPENS_WITH_CHANGE = re.compile(
     r"^\W*(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new)\b", re.I
+)
+# Or about someone the user told about, by name, as the sentence's subject ("Anna moved to
+# Bristol"): then only an earlier statement naming them can be updated.
+NAMED_CHANGE = re.compile(
+    r"^\W*([A-Z][\w-]+)(?:'s| has| is)?\s+(?:just\s+|now\s+)?"
+    r"(moved|switched|changed|started|joined|quit|left|sold|became|got)\b"
 )
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
 NOT_STATEMENTS = frozenset({"cron", "router"})
@@ -65,9 +75,18 @@ def announces_change(text: str) -> bool:
     if is_question(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
         return False
     return any(
-        CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s))
+        CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or NAMED_CHANGE.match(s))
         for s in split_sentences(text)
     )
+
+
+def changed_person(text: str) -> str | None:
+    """Whom a change is about when the user tells it of someone else by name ("Anna moved to
+    Bristol": Anna), None when it is about the user."""
+    sentences = split_sentences(text)
+    if any(CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s)) for s in sentences):
+        return None
+    return next((m.group(1) for s in sentences if (m := NAMED_CHANGE.match(s))), None)
 
 
 def subject_of(text: str) -> str:
@@ -95,10 +114,14 @@ def superseded_statement(
     is_owner: Callable[[str, str | None], bool],
     encode: Callable[[list[str]], np.ndarray],
     min_cosine: float,
+    same_attribute_min_cosine: float,
 ) -> tuple[list[int], float] | None:
     """Which earlier owner statement a turn announcing a change supersedes: among what recall
-    `found` for it, the one closest in meaning (unit vectors from `encode`), if it reaches
-    `min_cosine`. Returns its session ids and the cosine."""
+    `found` for it, the one closest in meaning (unit vectors from `encode`) that reaches
+    `same_attribute_min_cosine` when both name an attribute in common, `min_cosine` otherwise.
+    Only a statement about the owner can be superseded (a fact, or the owner's turn in the first
+    person or naming an attribute): "brb, someone's at the door" is not; a change told of someone
+    by name supersedes only a statement naming them. Returns its session ids and the cosine."""
     earlier = [
         m
         for m in found
@@ -106,15 +129,25 @@ def superseded_statement(
         and max(m.sources) < new_session_id
         and m.updated_by is None
         and m.channel not in NOT_STATEMENTS
-        and (m.fact_id is not None or is_owner(m.channel or "", m.sender))
+        and (
+            m.fact_id is not None
+            or (
+                is_owner(m.channel or "", m.sender) and (FIRST_PERSON.search(m.text) or attributes_of(m.text))
+            )
+        )
     ]
+    if person := changed_person(new_text):
+        earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text)]
     if not earlier:
         return None
     vectors = encode([subject_of(new_text), *(subject_of(m.text) for m in earlier)])
     cosines = vectors[1:] @ vectors[0]
-    best = int(np.argmax(cosines))
-    if cosines[best] < min_cosine:
+    named = attributes_of(new_text)
+    needed = [same_attribute_min_cosine if named & attributes_of(m.text) else min_cosine for m in earlier]
+    reached = [i for i in range(len(earlier)) if cosines[i] >= needed[i]]
+    if not reached:
         return None
+    best = max(reached, key=lambda i: cosines[i])
     return list(earlier[best].sources), float(cosines[best])
 
 

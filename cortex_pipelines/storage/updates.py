@@ -38,6 +38,23 @@ def links(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
     return [(old, new, *turns[new]) for old, new in sorted(pairs) if new in turns]
 
 
+def replaced_statements(con, turn_ids: list[int]) -> dict[int, tuple[list[int], str | None, int | None]]:
+    """Of the given turns, those that updated earlier statements: {turn: (the earlier turns, the
+    category and importance of the most important fact drawn from them, or None when none was)}."""
+    rows = con.execute(
+        """
+        SELECT u.new_session_id, list_sort(list(DISTINCT u.old_session_id)),
+               arg_max(f.category, f.importance), max(f.importance)
+        FROM statement_updates u
+        LEFT JOIN facts f ON list_contains(f.sources, u.old_session_id) AND f.status = 'active'
+        WHERE list_contains(?::BIGINT[], u.new_session_id)
+        GROUP BY u.new_session_id
+        """,
+        [turn_ids],
+    ).fetchall()
+    return {new: (old, category, importance) for new, old, category, importance in rows}
+
+
 def sources_of(con, fact_ids: list[int]) -> list[int]:
     """The session turns the given facts were drawn from."""
     row = con.execute(

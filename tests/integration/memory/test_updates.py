@@ -14,10 +14,13 @@ import pytest
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.llm.anthropic_client import AnthropicClient
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.memory.embedder import embedder_for
+from cortex_pipelines.memory.extract import InjectedText, extract_offline
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.recall import recall
+from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.updates import (
     announces_change,
     newest_successors,
@@ -27,13 +30,26 @@ from cortex_pipelines.memory.updates import (
 from cortex_pipelines.memory.vectors import vector_store
 from cortex_pipelines.storage import updates
 from cortex_pipelines.storage.facts import hot_for_floor
+from cortex_pipelines.turn import Turn
 from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
-from tests.support.scripted_llm import ScriptedClient
+from tests.support.messages_server import text as text_reply
 
 
 def _json(proc) -> list[dict]:
     return json.loads(proc.stdout)
+
+
+@dataclass
+class Found:
+    """A recall hit, as update detection reads it."""
+
+    text: str
+    sources: list[int]
+    channel: str = "webchat"
+    sender: str = "user"
+    fact_id: int | None = None
+    updated_by: int | None = None
 
 
 @pytest.mark.slow
@@ -100,9 +116,12 @@ def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings,
     )
 
 
-def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(settings, db):
-    """With a model, extraction returns updates: `supersedes` names a known fact by its [F…] id;
-    an id it was not shown is ignored."""
+def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(
+    settings, db, messages_server
+):
+    """With a model (the real SDK against the local Messages server), extraction returns updates:
+    the prompt asks for `supersedes`, which names a known fact by its [F…] id; an id it was not
+    shown is ignored. The newer statement names no change, so only the model can tell it is one."""
     drop(
         settings,
         "webchat",
@@ -112,16 +131,17 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
     ingest_inbox(settings, db)
     Brain(db, settings, OfflineClient()).drain()
     vectors, embedder = vector_store(settings.paths.lance), embedder_for(settings)
-    first = ScriptedClient(
-        '[{"text": "The user banks with Barclays.", "category": "fact", "source_ids": [1]}]'
+    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    messages_server.script(
+        text_reply('[{"text": "The user banks with Barclays.", "category": "fact", "source_ids": [1]}]')
     )
-    old_id = extract_new_facts(db, vectors, embedder, settings, first).new[0]
+    old_id = extract_new_facts(db, vectors, embedder, settings, llm).new[0]
 
     drop(
         settings,
         "webchat",
         "b.json",
-        msg("webchat", "Monzo has all my accounts these days.", "bank-1", timestamp="2026-05-01T09:00:00Z"),
+        msg("webchat", "Monzo has all my accounts.", "bank-1", timestamp="2026-05-01T09:00:00Z"),
     )
     ingest_inbox(settings, db)
     Brain(db, settings, OfflineClient()).drain()
@@ -136,9 +156,11 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
             }
         ]
     )
-    second = ScriptedClient(reply)
-    extract_new_facts(db, vectors, embedder, settings, second)
-    assert f"[F{old_id}] The user banks with Barclays." in second.requests[0].messages[0]["content"]
+    messages_server.script(text_reply(reply))
+    extract_new_facts(db, vectors, embedder, settings, llm)
+    asked = messages_server.requests[1]
+    assert "supersedes" in json.dumps(asked["system"])
+    assert f"[F{old_id}] The user banks with Barclays." in asked["messages"][0]["content"]
 
     assert db.query("SELECT valid_to IS NOT NULL FROM facts WHERE id = ?", [old_id]) == [(True,)]
     floor = [f["text"] for f in db.run(hot_for_floor, 50)]
@@ -163,6 +185,8 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("So the Helios usability testing is now fully covered.", False),
         ("I've had asthma since I was a kid.", False),
         ("Did you switch my bank to Monzo now?", False),  # a question states nothing
+        ("I've found a better barber, Sam on Church Street.", True),
+        ("Anna moved to Bristol for a hospital job.", True),  # someone the user told about, by name
     ],
 )
 def test_which_statements_announce_a_change(text, announces):
@@ -214,15 +238,6 @@ def test_a_fact_with_one_updated_source_of_two_stays_current(db):
 def test_a_delegated_result_or_a_strangers_turn_is_never_superseded():
     """Only the owner's own statements can be updated: not a router result, not someone else's words."""
 
-    @dataclass
-    class Found:
-        text: str
-        sources: list[int]
-        channel: str
-        sender: str
-        fact_id: int | None = None
-        updated_by: int | None = None
-
     found = [
         Found("Result: Atelier Ribeira, 10-day pack 140 EUR.", [3], "router", "router"),
         Found("Atelier Ribeira sounds right for me.", [4], "telegram", "stranger"),
@@ -230,6 +245,73 @@ def test_a_delegated_result_or_a_strangers_turn_is_never_superseded():
     owner = lambda channel, sender: sender in ("user", "router")  # noqa: E731
     encode = embedder_for(load_settings()).encode
     said = "I'm taking the 10-day pack at Atelier Ribeira now."
-    assert superseded_statement(said, 9, found, owner, encode, 0.1) is None
+    assert superseded_statement(said, 9, found, owner, encode, 0.1, 0.1) is None
     found.append(Found("Atelier Ribeira sounds right, I'll go see it on Friday.", [5], "webchat", "user"))
-    assert superseded_statement(said, 9, found, owner, encode, 0.1)[0] == [5]
+    assert superseded_statement(said, 9, found, owner, encode, 0.1, 0.1)[0] == [5]
+
+
+@pytest.mark.slow
+def test_a_new_bank_and_a_promotion_are_current_in_recall_and_the_bulletin(tmp_path):
+    """Issue 14's update set through the CLI: "I bank with Barclays", later "I moved all my accounts
+    to Monzo" (the same attribute in other words, only 0.34 close in meaning), and "I'm a junior
+    developer", later "I got promoted to senior engineer!". Recall answers Monzo first and keeps
+    Barclays as history; the bulletin states the promotion, which no capture pattern knows, in
+    place of the outdated role."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    for said in ("I bank with Barclays.", "I'm a junior developer."):
+        cortex("--now", "-40d", "send", "webchat", said, home=home)
+    for said in ("I moved all my accounts to Monzo.", "I got promoted to senior engineer!"):
+        cortex("--now", "-1d", "send", "webchat", said, home=home)
+    cortex("run", home=home)
+
+    hits = _json(cortex("recall", "which bank am I with?", "-k", "5", "--json", home=home))
+    assert "Monzo" in hits[0]["text"], hits
+    barclays = next(h for h in hits if "Barclays" in h["text"])  # history stays queryable
+    assert barclays["updated_by"] in hits[0]["sources"]
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "senior engineer" in bulletin and "junior" not in bulletin, bulletin
+
+
+def test_an_update_supersedes_the_statement_about_the_same_attribute_and_nothing_else():
+    """Thresholds of the default preset: a shared attribute ("bank", "accounts") is enough at a low
+    cosine; statements that merely look alike (two car makes, two doors) update nothing; a change
+    told of someone by name updates only what was said about them."""
+    config = RecallConfig()
+    owner = lambda channel, sender: sender == "user"  # noqa: E731
+    encode = embedder_for(load_settings()).encode
+
+    def superseded(said: str, *earlier: str) -> list[int] | None:
+        found = [Found(text, [n]) for n, text in enumerate(earlier, 1)]
+        old = superseded_statement(
+            said, 9, found, owner, encode, config.update_min_cosine, config.update_same_attribute_min_cosine
+        )
+        return old and old[0]
+
+    assert superseded("I moved all my accounts to Monzo.", "I support Arsenal.", "I bank with Barclays.") == [
+        2
+    ]
+    assert (
+        superseded("Today was my first day at BMW.", "Sold the old car, I've got a Tesla Model 3 now.")
+        is None
+    )
+    assert superseded("on my way out the door now", "brb, someone's at the door") is None
+    assert superseded(
+        "Anna moved to Bristol for a hospital job.", "I live in Lisbon.", "My sister Anna lives in Leeds."
+    ) == [2]
+    assert superseded("Anna moved to Bristol for a hospital job.", "I live in Lisbon.") is None
+
+
+def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
+    """Offline extraction: "I got promoted to senior engineer!" matches no capture pattern, but it
+    replaced an identity fact, so it is the current identity fact."""
+    at = datetime(2026, 5, 1)
+    turn = Turn(7, "user", "webchat", "user", "I got promoted to senior engineer!", at)
+    assert extract_offline([turn], InjectedText([])) == []
+    (draft,) = extract_offline([turn], InjectedText([]), {7: ([3], "identity", 3)})
+    assert (draft.text, draft.category, draft.importance, draft.sources) == (
+        turn.content,
+        "identity",
+        3,
+        (7,),
+    )
