@@ -8,9 +8,11 @@ A temporary CORTEX_HOME with the offline provider; each sample is the time from 
 warm      messages of a conversation: each sent a second after the previous reply, while the
           processing run lingers (CORTEX_BRAIN_LINGER_SECONDS=--linger)
 gateway   the same through the gateway's POST /ingest (CORTEX_INGEST_API_KEY set for the bench)
-cold      the first message after idle: sent once no processing run is alive any more
+cold      the first message after idle: sent once no processing run is alive any more; where
+          its wait went (cold_phases_p50_s) comes from the run's Dagster events: queued, taken
+          off the queue, its process up, the brain's step started, the reply written
 baseline  CORTEX_BRAIN_LINGER_SECONDS=0 in a second `cortex dev`: every message waits for a new
-          run, as before runs lingered (with the shipped sensor and queue intervals)
+          run, as before runs lingered (started as a cold message's is)
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Instance:
     def __init__(self, home: Path, env: dict[str, str], ui_port: int, gateway_port: int, key: str):
         self.home, self.env, self.ui_port, self.gateway_port, self.key = home, env, ui_port, gateway_port, key
         self.sent = 0
+        self.returned_at = 0.0  # time.time() when the last send returned
 
     def replies(self) -> int:
         folder = self.home / "outbox" / "webchat"
@@ -103,8 +106,33 @@ class Instance:
         """Seconds from the send returning to its reply file in the outbox."""
         before = self.replies()
         returned = self.send(via)
+        self.returned_at = time.time()
         _wait(lambda: self.replies() > before, 180, "reply")
         return time.monotonic() - returned
+
+    def phases(self) -> dict[str, float]:
+        """Where the last message's wait went, in seconds after its send returned: the processing
+        run queued, taken off the queue (its launch begins), its process up (RUN_START), the
+        brain's step started, the reply written (the newest outbox file's mtime)."""
+        from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+        wanted = {
+            "queued": DagsterEventType.RUN_ENQUEUED,
+            "launching": DagsterEventType.RUN_STARTING,
+            "process_up": DagsterEventType.RUN_START,
+            "step_start": DagsterEventType.STEP_START,
+        }
+        found: dict[str, float] = {}
+        with DagsterInstance.from_config(str(self.home / "dagster_home")) as instance:
+            runs = instance.get_runs(filters=RunsFilter(job_name="process_messages"), limit=1)
+            for entry in instance.all_logs(runs[0].run_id) if runs else []:
+                event = entry.dagster_event
+                for name, kind in wanted.items():
+                    if event is not None and event.event_type == kind and name not in found:
+                        found[name] = entry.timestamp - self.returned_at
+        newest = max((self.home / "outbox" / "webchat").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        found["reply"] = newest.stat().st_mtime - self.returned_at
+        return found
 
 
 @contextmanager
@@ -173,17 +201,25 @@ def summary(samples: list[float]) -> dict:
 
 def lingering(warm: int, cold: int, linger_s: float, say: Callable[[str], None], logs: Path | None) -> dict:
     results: dict[str, list[float]] = {"warm": [], "gateway": [], "cold": []}
+    phases: list[dict[str, float]] = []
     with cortex_dev(linger_s, logs and logs / "lingering.log") as instance:
         for n in range(cold):
             _idle(instance)
             results["cold"].append(instance.latency("send"))
-            say(f"cold {n + 1}/{cold}: {results['cold'][-1]:.2f} s")
+            phases.append(instance.phases())
+            shown = ", ".join(f"{name} {at:.2f}" for name, at in phases[-1].items())
+            say(f"cold {n + 1}/{cold}: {results['cold'][-1]:.2f} s ({shown})")
             for via in ("warm", "gateway"):
                 for _ in range(max(1, warm // max(cold, 1))):
                     time.sleep(1.0)  # the user reads the reply and types
                     results[via].append(instance.latency("gateway" if via == "gateway" else "send"))
             say(f"  warm so far p50 {statistics.median(results['warm']):.2f} s")
-    return {name: summary(samples) for name, samples in results.items() if samples}
+    figures = {name: summary(samples) for name, samples in results.items() if samples}
+    if phases:
+        figures["cold_phases_p50_s"] = {
+            name: round(statistics.median(p[name] for p in phases if name in p), 2) for name in phases[0]
+        }
+    return figures
 
 
 def baseline(count: int, say: Callable[[str], None], logs: Path | None) -> dict:

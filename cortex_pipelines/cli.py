@@ -758,8 +758,12 @@ def dev(
     gateway_port: PortOption = None,
 ) -> None:
     """Start the Dagster UI and daemon for this CORTEX_HOME, and, when CORTEX_INGEST_API_KEY is set,
-    the gateway with every configured connector (Ctrl-C stops them all)."""
+    the gateway with every configured connector (Ctrl-C stops them all). A message that arrives
+    while no processing run is alive starts one at once (run_starter.py)."""
+    import threading
+
     from cortex_pipelines.processes import Supervised
+    from cortex_pipelines.run_starter import RunStarter, Webserver
 
     settings = _ready()
     workspace = settings.paths.dagster_workspace
@@ -775,12 +779,22 @@ def dev(
         _say("gateway: not started (set CORTEX_INGEST_API_KEY to run it)")
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
+    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
+    starter = RunStarter(
+        Webserver(f"http://{local}:{port}"),
+        settings.paths.inbox,
+        settings.paths.db,
+        lambda line: _say(line, err),
+    )
+    stop_starter = threading.Event()
+    threading.Thread(target=starter.watch, args=(stop_starter,), name="run-starter", daemon=True).start()
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         code = proc.wait()
     finally:
+        stop_starter.set()
         if gateway is not None:
             gateway.stop(60.0)
     raise typer.Exit(code)

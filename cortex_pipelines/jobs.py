@@ -4,7 +4,7 @@ jobs or schedules: their automation conditions say when they run (automation.py)
 
 from dagster import AssetSelection, OpExecutionContext, define_asset_job, in_process_executor, job, op
 
-from cortex_pipelines.lanes import BRAIN_RUN_TAGS
+from cortex_pipelines.lanes import BRAIN_RUN_TAGS, PROCESSING_JOB
 from cortex_pipelines.memory.pipeline import rebuild
 from cortex_pipelines.resources import DatabaseResource, EmbedderResource, SettingsResource, VectorsResource
 
@@ -20,7 +20,7 @@ def _job(name: str, selection: AssetSelection, description: str):
 
 
 process_messages = _job(
-    "process_messages",
+    PROCESSING_JOB,
     AssetSelection.assets("session_messages"),
     "Answer every pending message, strictly in bus order, then the conversation's next ones as they "
     "arrive, until it has been quiet for CORTEX_BRAIN_LINGER_SECONDS.",

@@ -23,7 +23,15 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import (
+    AssetKey,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    Field,
+    RunsFilter,
+)
 from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
@@ -40,6 +48,15 @@ BRAIN_RUN_TAGS = {**BRAIN_LANE, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S)}
 # well inside MAX_RUNTIME_S; the next message then starts a fresh run.
 LINGER_LIMIT_S = MAX_RUNTIME_S // 2
 
+PROCESSING_JOB = "process_messages"
+# A brain-lane run in one of these states answers what arrives, or will once it leaves the queue:
+# nobody asks for another one then.
+ACTIVE = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+]
 IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 POLL_S = 0.5
 
@@ -63,7 +80,23 @@ def brain_lane_tags(instance: DagsterInstance, run: DagsterRun) -> dict[str, str
 
 class BrainLaneRunCoordinator(QueuedRunCoordinator):
     """Dagster's queued run coordinator, which first puts a run that materializes session_messages
-    in the brain lane (jobs carry the tags themselves; an ad-hoc asset selection does not)."""
+    in the brain lane (jobs carry the tags themselves; an ad-hoc asset selection does not), and
+    whose dequeue interval may be a fraction of a second (the first message after idle waits for
+    it; Dagster's field takes whole seconds, the daemon's loop any interval)."""
+
+    def __init__(self, dequeue_interval_seconds: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if dequeue_interval_seconds is not None:
+            self._dequeue_interval_seconds = dequeue_interval_seconds
+
+    @classmethod
+    def config_type(cls):
+        return {
+            **super().config_type(),
+            "dequeue_interval_seconds": Field(
+                float, is_required=False, description="How often the daemon looks at the run queue."
+            ),
+        }
 
     def submit_run(self, context: SubmitRunContext) -> DagsterRun:
         run = context.dagster_run

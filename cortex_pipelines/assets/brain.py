@@ -15,7 +15,7 @@ from dagster import (
 from cortex_pipelines.assets.ingest import ingest_materialization
 from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.loop import Brain, DrainReport
-from cortex_pipelines.ingest.inbox import IngestReport
+from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox
 from cortex_pipelines.lanes import BRAIN_ASSET, LINGER_LIMIT_S, planned_assets
 from cortex_pipelines.llm import cost
 from cortex_pipelines.llm.offline import OfflineClient
@@ -57,6 +57,9 @@ def session_messages(
             on_ingest=lambda ingested: _report_ingest(context, db, ingested),
             stops=(DagsterExecutionInterruptedError, KeyboardInterrupt),
         )
+    # A run started the moment a message arrived (run_starter.py) finds it still in the inbox.
+    if (ingested := ingest_inbox(config, db)).accepted or ingested.rejected:
+        _report_ingest(context, db, ingested)
     try:
         report = brain.drain(linger=linger)
     except lease.BrainBusy as busy:
@@ -87,7 +90,8 @@ def _batch_metadata(db: Database, report: DrainReport) -> dict:
 
 
 def _report_ingest(context: AssetExecutionContext, db: Database, report: IngestReport) -> None:
-    """What a lingering run took from the inbox, reported as the inbox sensor reports it."""
+    """What this run took from the inbox (as it starts or lingers), reported as the inbox sensor
+    reports it."""
     if event := ingest_materialization(db, report, context.log):
         context.log_event(event)
 

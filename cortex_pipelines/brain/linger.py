@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cortex_pipelines.config import Settings
@@ -34,6 +35,15 @@ def _mtime(path: os.PathLike | str) -> int | None:
         return os.stat(path).st_mtime_ns
     except OSError:
         return None
+
+
+def arrival_signature(inbox: Path, db_path: Path) -> tuple:
+    """What changes when a message may have arrived: the bus's doorbell, the inbox and its channel
+    folders (a file renamed into a folder changes the folder's mtime). Opens nothing."""
+    folders: list[tuple[str, int | None]] = []
+    with suppress(OSError), os.scandir(inbox) as entries:
+        folders = sorted((e.name, _mtime(e.path)) for e in entries if e.is_dir(follow_symlinks=False))
+    return _mtime(bus.doorbell(db_path)), _mtime(inbox), tuple(folders)
 
 
 def _look(con) -> tuple[int, object]:
@@ -64,15 +74,6 @@ class Linger:
         self._started_ns = time.time_ns()
         self._heartbeat_s = min(HEARTBEAT_S, settings.lease_timeout_s / 3)
 
-    def _signature(self) -> tuple:
-        """What changes when a message may have arrived: the doorbell, the inbox and its channel
-        folders (a file renamed into a folder changes the folder's mtime)."""
-        inbox = self.settings.paths.inbox
-        folders: list[tuple[str, int | None]] = []
-        with suppress(OSError), os.scandir(inbox) as entries:
-            folders = sorted((e.name, _mtime(e.path)) for e in entries if e.is_dir(follow_symlinks=False))
-        return _mtime(bus.doorbell(self.db.path)), _mtime(inbox), tuple(folders)
-
     def _messages_due(self) -> tuple[bool, float]:
         """Ingest what the inbox holds; whether messages are due, and when to look again even if
         nothing changes (a retry coming due, the lease to renew)."""
@@ -96,7 +97,7 @@ class Linger:
         wanted = lease.lane_wanted(self.db.path)
         try:
             while time.monotonic() < end and (_mtime(wanted) or 0) < self._started_ns:
-                signature = self._signature()
+                signature = arrival_signature(self.settings.paths.inbox, self.db.path)
                 if signature != seen or time.monotonic() >= look_again:
                     seen = signature  # taken before looking: a change during the look is seen next poll
                     due, look_again = self._messages_due()

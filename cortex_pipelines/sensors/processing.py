@@ -1,14 +1,14 @@
 """How a sensor that put messages on the bus asks for a processing run: one at a time, keyed on
 what is waiting, never while a live run in the brain lane is already draining (a dead one is
 failed and its slot freed first, so one SIGKILL never stops the instance answering); that run is
-told through the bus's doorbell instead, in case it is lingering for messages. Every tick that
-requests no run says why in the tick list."""
+told through the bus's doorbell instead, in case it is lingering for messages. Under `cortex dev`
+the run starter (run_starter.py) usually started the run already; while it is starting one, the
+sensor waits. Every tick that requests no run says why in the tick list."""
 
 import json
 
 from dagster import (
     DagsterRun,
-    DagsterRunStatus,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
@@ -19,15 +19,9 @@ from dagster._check import CheckError
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from cortex_pipelines.assets.brain import BRAIN_POOL
-from cortex_pipelines.lanes import BRAIN_LANE, reap_dead_runs
+from cortex_pipelines.lanes import ACTIVE, BRAIN_LANE, reap_dead_runs
+from cortex_pipelines.run_starter import starting_now
 from cortex_pipelines.storage import Database, bus
-
-ACTIVE = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-]
 
 
 def _requested_before(context: SensorEvaluationContext, run_key: str) -> DagsterRun | None:
@@ -62,6 +56,8 @@ def request_processing(
     if active:
         bus.ring_doorbell(db.path)  # a run lingering for messages looks at the bus at once
         return skip(f"{due} waiting; run {active[0].run_id[:8]} is draining the bus")
+    if starting_now(db.path):
+        return skip(f"{due} waiting; `cortex dev` is starting a run for them")
     if earlier := _requested_before(context, key):
         return skip(
             f"{due} waiting; run {earlier.run_id[:8]} was already requested for the same messages "

@@ -1,0 +1,105 @@
+"""The first message after idle starts a processing run at once (cortex_pipelines/run_starter.py):
+in a real `cortex dev` with the inbox sensor stopped, `cortex send` still gets its reply, from a
+run that `cortex dev` started; two messages sent together start one run. Without `cortex dev`,
+`cortex send` only drops the file. While the starter starts a run, the inbox sensor does not
+request a second one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from dagster import DagsterInstance
+
+from cortex_pipelines.files import touch
+from cortex_pipelines.run_starter import STARTING_GRACE_S, starting_file
+from cortex_pipelines.sensors.inbox import inbox_sensor
+from tests.support.cli import cli_env
+from tests.support.dagster_dev import cli, cortex_dev, graphql, wait_for
+from tests.support.inbox import drop, msg
+from tests.support.sensors import evaluate
+
+SELECTOR = (
+    '{repositoryLocationName: "cortex_pipelines.definitions", repositoryName: "__repository__", '
+    'sensorName: "inbox_sensor"}'
+)
+SENSOR_STATE = (
+    f"{{ sensorOrError(sensorSelector: {SELECTOR}) {{ "
+    "... on Sensor { sensorState { id selectorId status } } } }"
+)
+
+
+def _stop_inbox_sensor(port: int) -> None:
+    state = graphql(port, SENSOR_STATE)["data"]["sensorOrError"]["sensorState"]
+    stopped = graphql(
+        port,
+        f'mutation {{ stopSensor(id: "{state["id"]}", jobSelectorId: "{state["selectorId"]}") {{ '
+        "... on StopSensorMutationResult { instigationState { status } } ... on PythonError { message } } }",
+    )
+    assert stopped["data"]["stopSensor"]["instigationState"]["status"] == "STOPPED", stopped
+
+
+def _replies(home) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((home / "outbox" / "webchat").glob("*.json"))]
+
+
+def _processing_runs(home) -> list:
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        return [r for r in instance.get_runs() if r.job_name == "process_messages"]
+
+
+@pytest.mark.slow
+def test_a_message_after_idle_starts_its_run_without_the_inbox_sensor(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "2")  # each run ends soon after its answers
+    home = tmp_path / "home"
+    with cortex_dev(home, tmp_path / "dev.log") as (port, env, _proc):
+        _stop_inbox_sensor(port)
+
+        cli("send", "webchat", "I prefer window seats on long flights", env=env)
+        wait_for(lambda: len(_replies(home)) == 1, 180, "the first reply")
+        wait_for(lambda: all(r.is_finished for r in _processing_runs(home)), 120, "the run to end")
+
+        cli("send", "webchat", "what did I say about seats?", env=env)
+        cli("send", "webchat", "the Helios review moved to Friday", env=env)
+        wait_for(lambda: len(_replies(home)) == 3, 180, "both replies")
+
+        runs = _processing_runs(home)
+        assert len(runs) == 2, [r.tags for r in runs]  # the second message found a run queued or alive
+        assert all(r.tags.get("cortex/started_by") == "run_starter" for r in runs)
+        assert not any("dagster/sensor_name" in r.tags for r in runs)
+        status = json.loads(cli("status", "--json", env=env).stdout)
+        assert status["bus"]["completed"] == 3
+
+
+def test_send_without_cortex_dev_only_drops_the_file(tmp_path):
+    home = tmp_path / "home"
+    sent = subprocess.run(
+        [sys.executable, "-m", "cortex_pipelines.cli", "send", "webchat", "hello, anyone there?"],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sent.returncode == 0 and sent.stderr == "", sent.stderr
+    (dropped,) = (home / "inbox" / "webchat").glob("*.json")
+    assert json.loads(dropped.read_text())["text"] == "hello, anyone there?"
+    # No Dagster instance was opened: its home holds only what `cortex init` writes.
+    assert sorted(os.listdir(home / "dagster_home")) == ["dagster.yaml", "workspace.yaml"]
+
+
+def test_the_inbox_sensor_leaves_a_message_to_a_starting_run_then_falls_back(settings, db):
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
+    marker = starting_file(settings.paths.db)
+    touch(marker)  # `cortex dev` found no live run and is starting one
+    with DagsterInstance.ephemeral() as instance:
+        waiting = evaluate(inbox_sensor, instance, str(settings.home))
+        assert not waiting.run_requests
+        assert "`cortex dev` is starting a run" in waiting.skip_reason.skip_message
+
+        long_ago = marker.stat().st_mtime - STARTING_GRACE_S - 1  # and no run came of it
+        os.utime(marker, (long_ago, long_ago))
+        fallback = evaluate(inbox_sensor, instance, str(settings.home), cursor=waiting.cursor)
+        assert len(fallback.run_requests) == 1
