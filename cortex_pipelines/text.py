@@ -117,6 +117,8 @@ def is_question(text: str) -> bool:
     """Whether every sentence of a turn ends with a question mark: such a turn is never an answer,
     so recall never offers it as a memory. Only the mark counts here: "May 3rd is my birthday." and
     "Will is my brother." open like questions and are statements."""
+    if not text.rstrip().endswith("?"):  # the last sentence ends where the text does: no need to split
+        return False
     sentences = split_sentences(text)
     return bool(sentences) and all(s.rstrip().endswith("?") for s in sentences)
 

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
+from cortex_pipelines.text import is_question
 
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
@@ -87,7 +88,10 @@ def add_ranked(
         said = stemmed_terms([row.get("search_text") or row["text"] for row in results])
         coverage = [len(query_terms & words) / len(query_terms) for words in said]
     elif closeness and results:
-        floor, best = config.min_cosine, results[0]["_cosine"]
+        # Against the best hit that can be an answer: the user's own question (never returned)
+        # sits at ~0.9 to a query repeating it and shrank every statement's share to a fifth.
+        answers = [row["_cosine"] for row in results if not is_question(row["text"])]
+        floor, best = config.min_cosine, max(answers, default=results[0]["_cosine"])
         coverage = [max(0.0, row["_cosine"] - floor) / max(best - floor, 1e-6) for row in results]
     for rank, (row, share) in enumerate(zip(results, coverage, strict=True)):
         cand = fused.setdefault(int(row["id"]), Candidate(row))

@@ -18,6 +18,7 @@ import os
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -69,6 +70,14 @@ def _written(path: Path) -> tuple:
 
 _migrated: set[Path] = set()
 _migrate_lock = threading.Lock()
+
+# `run_unchanged` keeps a read only once the file's state is this old: a file system's clock ticks
+# coarsely (a jiffy; a second or two on some), and a second write within the tick of the first may
+# leave the file's size and times as they were.
+SETTLED_S = 2.0
+UNCHANGED_READS_KEPT = 32
+_unchanged_reads: OrderedDict[tuple, tuple[tuple, object]] = OrderedDict()
+_unchanged_lock = threading.Lock()
 
 
 # A burst keeps the file between back-to-back transactions (a drain with a local model runs 4-5 per
@@ -263,6 +272,40 @@ class Database:
                 return fn(con, *args, **kwargs)
 
         return attempt()
+
+    def _state(self) -> tuple | None:
+        """What any process's commit changes: the file's and its write-ahead log's inode, size and
+        times (a commit appends to the log, a checkpoint rewrites the file and drops the log).
+        None while either was written in the last SETTLED_S."""
+        settled_before = time.time_ns() - int(SETTLED_S * 1e9)
+        state = []
+        for path in (self.path, self._wal()):
+            try:
+                written = _written(path)
+            except FileNotFoundError:
+                written = None
+            if written is not None and max(written[2], written[3]) > settled_before:
+                return None
+            state.append(written)
+        return tuple(state)
+
+    def run_unchanged(self, fn, *args):
+        """`run(fn, *args)` for a read that is asked again and again (recall's, for every query):
+        kept in this process and returned again, without taking the file, while no process has
+        written the file since. `fn` and `args` are the key; the value is shared, never to be changed."""
+        key = (self._alias, fn, args)
+        state = self._state()  # before reading: a write meanwhile only means one more read
+        kept = _unchanged_reads.get(key)
+        if state is not None and kept is not None and kept[0] == state:
+            return kept[1]
+        value = self.run(fn, *args)
+        if state is not None:
+            with _unchanged_lock:
+                _unchanged_reads[key] = (state, value)
+                _unchanged_reads.move_to_end(key)
+                while len(_unchanged_reads) > UNCHANGED_READS_KEPT:
+                    _unchanged_reads.popitem(last=False)
+        return value
 
     def query(self, sql: str, params: list | tuple = ()) -> list[tuple]:
         return self.run(lambda con: con.execute(sql, params).fetchall())

@@ -10,6 +10,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
@@ -338,19 +341,22 @@ def hot_for_floor(con, limit: int) -> list[dict]:
     )
 
 
-def recall_signals(con, fact_ids: list[int]) -> dict[int, dict]:
-    """By id, what recall weighs a fact hit by and whether it still holds: tier, status, hit count,
-    decay, importance, when it was stated and until when it was true."""
-    if not fact_ids:
+def recall_signals(con) -> pa.Table:
+    """Of every fact, what recall weighs a hit by and whether it still holds: tier, status, hit
+    count, decay, importance, when it was stated and until when it was true. All of them, as one
+    Arrow table (a few ms at 10,000 facts): recall keeps it while the file is unchanged and looks its
+    hits up with `signals_of`."""
+    return con.sql(
+        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts ORDER BY id"
+    ).to_arrow_table()
+
+
+def signals_of(signals: pa.Table, fact_ids: list[int]) -> dict[int, dict]:
+    """By id, the `recall_signals` of these facts (a fact not there is left out)."""
+    if not fact_ids or not signals.num_rows:
         return {}
-    rows = dict_rows(
-        con.execute(
-            "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts "
-            "WHERE id IN (SELECT unnest(?))",
-            [fact_ids],
-        )
-    )
-    return {row["id"]: row for row in rows}
+    positions = pc.index_in(pa.array(fact_ids, pa.int64()), signals.column("id")).drop_null()
+    return {row["id"]: row for row in signals.take(positions).to_pylist()}
 
 
 def forgotten_sources(con) -> list[int]:
