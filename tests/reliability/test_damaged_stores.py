@@ -23,6 +23,7 @@ from cortex_pipelines.storage import Database, backup
 from cortex_pipelines.storage import db as db_module
 from cortex_pipelines.storage.health import as_store_damaged
 from cortex_pipelines.storage.migrations import MIGRATIONS
+from tests.support.stores import held_by_another_process
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,23 +129,9 @@ def test_a_zeroed_duckdb_file_is_one_line_for_every_command_and_doctor_restores_
 
 
 def test_restore_refuses_while_another_process_holds_the_database(home):
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, sys; con = duckdb.connect({str(Paths(home).db)!r}); print('open', flush=True); "
-            "sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "open"
+    with held_by_another_process(Paths(home).db):
         proc = cortex("doctor", "--restore", home=home)
         _one_line(proc, "is open in another process")
-    finally:
-        holder.communicate("", timeout=30)
     assert not list(home.glob("cortex.duckdb.damaged-*"))
 
 

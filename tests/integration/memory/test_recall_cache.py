@@ -6,10 +6,7 @@ removed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -18,34 +15,13 @@ from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage.db import SETTLED_S
 from tests.support.cli import cortex
+from tests.support.stores import held_by_another_process
 
 
 def _settle() -> None:
     """Past the window in which recall keeps nothing (a write in the same clock tick as another may
     leave the file's times as they were): from here on, a stale read would be kept and returned."""
     time.sleep(SETTLED_S + 0.2)
-
-
-@contextmanager
-def _file_held_by_another_process(path):
-    """Another process holds the DuckDB file (DuckDB lets one process open it) until the block ends."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, sys; con = duckdb.connect({str(path)!r}); print('held', flush=True); "
-            "sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        yield
-    finally:
-        holder.stdin.close()
-        holder.wait(timeout=30)
 
 
 def _texts(hits) -> list[str]:
@@ -67,7 +43,7 @@ def test_a_warm_recall_needs_no_duckdb_and_sees_a_turn_cortex_run_records_in_ano
     home, settings, db = _home(tmp_path, "The boathouse key hangs behind the kitchen door.")
     _settle()
     assert "boathouse" in recall(db, settings, "where is the boathouse key", k=3)[0].text
-    with _file_held_by_another_process(settings.paths.db):  # nothing written since: nothing to read
+    with held_by_another_process(settings.paths.db):  # nothing written since: nothing to read
         assert "boathouse" in recall(db, settings, "where is the boathouse key", k=3)[0].text
 
     # Not indexed (history): only DuckDB has it, in the tail of turns recall reads from there.
