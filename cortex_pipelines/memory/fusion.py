@@ -80,13 +80,12 @@ def add_ranked(
     closeness: bool = False,
 ) -> None:
     """Add a ranked list. With `fts_coverage` and query terms, a full-text hit counts in proportion
-    to the share of the query's words it says: one common word in common is weak evidence. With
+    to the share of the query's words it says (its `_words`): one common word in common is weak evidence. With
     `closeness`, a vector hit counts in proportion to how far its cosine rises above the floor,
     against the best hit's: rank alone makes a barely related turn look like a close one."""
     coverage = [1.0] * len(results)
     if config.fts_coverage and query_terms and results:
-        said = stemmed_terms([row.get("search_text") or row["text"] for row in results])
-        coverage = [len(query_terms & words) / len(query_terms) for words in said]
+        coverage = [row["_words"] / len(query_terms) for row in results]
     elif closeness and results:
         # Against the best hit that can be an answer: the user's own question (never returned)
         # sits at ~0.9 to a query repeating it and shrank every statement's share to a fifth.

@@ -10,16 +10,16 @@ from cortex_pipelines.memory.fusion import Candidate, fuse, stemmed, stemmed_ter
 from cortex_pipelines.memory.recall_config import RecallConfig
 
 
-def by_keywords(query: str, texts: list[str], k: int, rrf_k: int) -> list[tuple[int, float]]:
-    """(position, score) of the texts that use the query's (stemmed) words, most words first, then
-    in the given order; the score is a reciprocal rank scaled by the share of words matched."""
+def by_keywords(query: str, texts: list[str], k: int, rrf_k: int) -> list[tuple[int, float, int]]:
+    """(position, score, words said) of the texts that use the query's (stemmed) words, most words
+    first, then in the given order; the score is a reciprocal rank scaled by the share of words matched."""
     terms = stemmed(query)
     if not terms or not texts:
         return []
     known = stemmed_terms(texts)
     found = [len(terms.intersection(words)) for words in known]
     ranked = sorted((i for i, n in enumerate(found) if n), key=lambda i: -found[i])[:k]  # stable
-    return [(i, 1.0 / (rrf_k + n + 1) * found[i] / len(terms)) for n, i in enumerate(ranked)]
+    return [(i, 1.0 / (rrf_k + n + 1) * found[i] / len(terms), found[i]) for n, i in enumerate(ranked)]
 
 
 def _cosines(tail: pa.Table, qvec: np.ndarray | None) -> np.ndarray:
@@ -57,7 +57,8 @@ def candidates(
     ]
     keep = [i for i, turn in enumerate(turns) if turn["id"] not in exclude]
     texts = [turns[i]["text"] for i in keep]
-    by_words = [turns[keep[j]] for j, _ in by_keywords(query, texts, k, config.rrf_k)]
+    matched = by_keywords(query, texts, k, config.rrf_k)
+    by_words = [{**turns[keep[j]], "_words": said} for j, _, said in matched]
     by_meaning = sorted((i for i in keep if cosine[i] >= config.min_cosine), key=lambda i: -cosine[i])[:k]
     close = [{**turns[i], "_cosine": float(cosine[i])} for i in by_meaning]
     return fuse(close, by_words, config, stemmed(query))
