@@ -305,3 +305,38 @@ def test_cortex_recall_answers_from_lancedb_when_the_saved_rows_were_edited(tmp_
     for saved in sorted((home / "lance-snapshots").glob("*/v*")):
         assert b"9999" not in (saved / "rows.arrow").read_bytes()
         Snapshot.load(saved.parent, int(saved.name[1:]))  # whole again
+
+
+def test_keyword_hits_count_the_query_words_they_say_and_a_widened_search_ranks_as_a_fresh_one(
+    settings, db, embedder, tmp_path
+):
+    """Fusion weighs a keyword hit by the share of the query's words it says, read from the index's
+    postings, and recall's widened second search adds only its new words' scores to the first's:
+    both must agree with tokenizing the texts again and with searching from scratch."""
+    from cortex_pipelines.memory.fusion import stemmed
+
+    said = [
+        "Our running club meets at the harbour on Saturday mornings before coffee.",
+        "The harbour cafe does the best coffee in town, ask for the oat flat white.",
+        "I ran the Lisbon half marathon in April and my knees still remember it.",
+        "Saturday's dinner is at my sister's place, she is cooking a mushroom risotto.",
+        "Bring running shoes and a rain jacket to the Saturday club, the harbour gets windy.",
+        "My sister ran her first marathon in Berlin last autumn.",
+    ]
+    ingest_history(settings, db, tmp_path, *[("webchat", text) for text in said])
+    index_episodes(db, VectorStore(settings.paths.lance), embedder, settings)
+    snapshot = vector_store(settings.paths.lance).snapshot(EPISODIC)
+
+    for query in ("saturday running at the harbour", "coffee with my sister", "marathons I ran in April"):
+        hits = snapshot.text_search(query, 10, snapshot.where())
+        assert hits
+        for hit in hits:
+            assert hit["_words"] == len(stemmed(query) & stemmed(hit["search_text"])), hit["text"]
+
+        widened = f"{query} risotto windy shoes"
+        extended = snapshot.text_search(widened, 10, snapshot.where())
+        fresh = VectorStore(settings.paths.lance).snapshot(EPISODIC)  # another process's, never searched
+        scratch = fresh.text_search(widened, 10, fresh.where())
+        assert [h["id"] for h in extended] == [h["id"] for h in scratch]
+        assert [h["_score"] for h in extended] == pytest.approx([h["_score"] for h in scratch], rel=1e-5)
+        assert [h["_words"] for h in extended] == [h["_words"] for h in scratch]
