@@ -8,17 +8,42 @@ answers, and after a while the pid can belong to a new, unrelated process.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
 # Process start times and the time a claim was recorded come from different clocks (the kernel's
 # boot-relative ticks, the claimant's wall clock); allow this much disagreement.
 _CLOCK_SLACK_S = 2.0
+
+
+_helpers: dict[str, ThreadPoolExecutor] = {}
+_helpers_lock = threading.Lock()
+
+
+def helper_thread(name: str) -> ThreadPoolExecutor:
+    """This process's one-thread executor of that name, for work that runs beside the calling
+    thread (recall embeds its query on one while it searches by keywords). A forked child makes its
+    own: the copy it inherits has no thread, and would take work and never run it."""
+    with _helpers_lock:
+        if name not in _helpers:
+            _helpers[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        return _helpers[name]
+
+
+def _forget_helpers_in_child() -> None:
+    global _helpers_lock
+    _helpers_lock = threading.Lock()  # another thread may have held it at the fork
+    _helpers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_helpers_in_child)
 
 
 def alive(pid: int, claimed_at: float | None = None) -> bool:

@@ -13,10 +13,8 @@ How the signals are weighed is a `RecallConfig` (recall_config.py).
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 
 import numpy as np
 
@@ -39,6 +37,7 @@ from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.updates import Successor, newest_successors
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
+from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
@@ -152,7 +151,11 @@ def recall(
     # The query is embedded on a worker thread while the snapshots, keyword searches and DuckDB's
     # reads run (onnxruntime and numpy release the GIL): on two cores, 21 -> N ms p50 at 100,000
     # memories. Even when memory turns out empty: waiting to know would cost more than it saves.
-    embedding = None if query_vector is not None else _embedding_worker().submit(embedder.encode_query, query)
+    embedding = (
+        None
+        if query_vector is not None
+        else helper_thread("cortex-query-embedding").submit(embedder.encode_query, query)
+    )
     now = utcnow()
     pool = max(25, k * 5)
     facts: dict[int, Candidate] = {}
@@ -250,12 +253,6 @@ def recall(
     hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
     hits.sort(key=lambda h: h.score, reverse=True)
     return hits[:k]
-
-
-@cache
-def _embedding_worker() -> ThreadPoolExecutor:
-    """One thread per process that embeds queries beside recall's other work."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="cortex-query-embedding")
 
 
 def _duckdb_reads(con, tail_turns: int, model: str, whole_tail: bool, hot_facts: bool) -> tuple:

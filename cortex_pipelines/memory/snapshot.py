@@ -32,7 +32,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -44,6 +43,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.processes import helper_thread
 
 if TYPE_CHECKING:
     import torch
@@ -471,13 +471,13 @@ class SignIndex:
         code = self._code(query.float().numpy())[0]
         second = slice(len(self.owner) // 2, len(self.owner))
         with self._lock:
-            other = _scan_helper().submit(self._distances, code, second)
+            other = helper_thread("cortex-recall-scan").submit(self._distances, code, second)
             at_distance = self._distances(code, slice(0, second.start)) + other.result()
             within = np.searchsorted(np.cumsum(at_distance), min(count, len(self.owner)))
             nearest = np.flatnonzero(self._distance <= within)
         own, sentences = nearest[nearest < len(snapshot)], nearest[nearest >= len(snapshot)]
         if len(sentences):
-            chosen = _scan_helper().submit(
+            chosen = helper_thread("cortex-recall-scan").submit(
                 np.take, snapshot.sentence_vectors.numpy(), sentences - len(snapshot), axis=0
             )
         cosine = np.full(len(snapshot), -np.inf, dtype=np.float32)
@@ -491,9 +491,3 @@ class SignIndex:
         if len(sentences):
             np.maximum.at(cosine, self.owner[sentences], by_sentence)
         return cosine
-
-
-@cache
-def _scan_helper() -> ThreadPoolExecutor:
-    """The thread that takes half of a large snapshot's sign pass."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="cortex-recall-scan")
