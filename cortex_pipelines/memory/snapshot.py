@@ -10,7 +10,10 @@ in the others a memory within 0.01 of cosine of the last one found is missed). A
 tagged with the table version it was read at; the store reloads it when the version moves, so a
 write by any process is seen by the next query.
 Vectors are kept as float16: half the memory (75 MB at 100,000 rows), and the product reads half
-the bytes; rounding moves a cosine by about 1e-3.
+the bytes; rounding moves a cosine by about 1e-3. Below EXACT_BELOW vectors, the products are
+numpy's over a float32 copy instead, so a process answering from a small memory never imports
+torch (2 s of the first reply after idle); the sign pass's candidates go through torch's float16
+product, which numpy has no fast one for.
 
 Every Dagster run and CLI command is a fresh process, and building a snapshot takes seconds at
 100,000 rows, so the first process to build a version saves it to disk; the others load that copy
@@ -36,7 +39,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +46,6 @@ import pyarrow.feather as feather
 
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.processes import helper_thread
-
-if TYPE_CHECKING:
-    import torch
 
 # Lucene's English list, plus the question words, pronouns and requests of conversation: "when did
 # you tell me about my trip" is about a trip. Without them a turn that merely says "when" or "you"
@@ -183,12 +182,26 @@ def _one_thread():
         torch.set_num_threads(threads)
 
 
-def _matrix(vectors: pa.FixedSizeListArray) -> torch.Tensor:
+def _matrix(vectors: pa.FixedSizeListArray) -> np.ndarray:
     """A column of fixed-size float vectors as one float16 matrix."""
+    flat = vectors.flatten().to_numpy(zero_copy_only=False)
+    return flat.reshape(len(vectors), vectors.type.list_size).astype(np.float16)
+
+
+def _rounded(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to float16's precision."""
+    return values.astype(np.float16).astype(np.float32)
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The k-th largest value: torch's top-k over a large array (0.2 ms against numpy's partition's
+    0.8 ms over 100,000), numpy's below EXACT_BELOW, where a process need not import torch (2 s)."""
+    if len(values) < EXACT_BELOW:
+        return float(np.partition(values, len(values) - k)[len(values) - k])
     import torch
 
-    flat = vectors.flatten().to_numpy(zero_copy_only=False)
-    return torch.from_numpy(flat.reshape(len(vectors), vectors.type.list_size).astype(np.float16))
+    with _one_thread():
+        return torch.topk(torch.from_numpy(values), k, sorted=False).values.min().item()
 
 
 @dataclass
@@ -198,23 +211,22 @@ class Snapshot:
     version: int
     rows: pa.Table
     ids: np.ndarray
-    vectors: torch.Tensor
+    vectors: np.ndarray
     bm25: object | None
     # Sentence vectors of the rows that have them, flattened: for each row with any, its position
     # and where its run of sentence vectors starts.
-    sentence_vectors: torch.Tensor | None = None
+    sentence_vectors: np.ndarray | None = None
     sentence_rows: np.ndarray | None = None
     sentence_starts: np.ndarray | None = None
     _masks: dict = field(default_factory=dict)
     _signs: SignIndex | None = None
     _last_keywords: tuple[list[int], np.ndarray | None] = ([], None)
     _made: dict[int, dict] = field(default_factory=dict)
+    _float32: tuple[np.ndarray, np.ndarray | None] | None = None
 
     @classmethod
     def empty(cls, version: int = -1) -> Snapshot:
-        import torch  # not at import time: the Dagster definitions load without torch
-
-        no_vectors = torch.zeros((0, 0), dtype=torch.float16)
+        no_vectors = np.zeros((0, 0), dtype=np.float16)
         return cls(version, pa.table({}), np.zeros(0, np.int64), no_vectors, None)
 
     @classmethod
@@ -252,9 +264,9 @@ class Snapshot:
             # One record batch: a take across several copies whole string columns (2.5 ms a take).
             rows = temporary / "rows.arrow"
             feather.write_feather(self.rows, rows, compression="uncompressed", chunksize=len(self))
-            np.save(temporary / "vectors.npy", self.vectors.numpy())
+            np.save(temporary / "vectors.npy", self.vectors)
             if self.sentence_rows is not None:
-                np.save(temporary / "sentence_vectors.npy", self.sentence_vectors.numpy())
+                np.save(temporary / "sentence_vectors.npy", self.sentence_vectors)
                 np.save(temporary / "sentence_rows.npy", self.sentence_rows)
                 np.save(temporary / "sentence_starts.npy", self.sentence_starts)
             self.bm25.save(temporary / "bm25")
@@ -272,7 +284,6 @@ class Snapshot:
     def load(cls, folder: Path, version: int) -> Snapshot:
         """A version saved by `save`; raises (DamagedCopy, OSError, ...) when it is not exactly that."""
         import bm25s
-        import torch
 
         saved = folder / f"v{version}"
         data = _Verified(saved, version).read_all()
@@ -281,13 +292,13 @@ class Snapshot:
         sentences = {}
         if "sentence_rows.npy" in data:
             sentences = {
-                "sentence_vectors": torch.from_numpy(_array(data, "sentence_vectors.npy")),
+                "sentence_vectors": _array(data, "sentence_vectors.npy"),
                 "sentence_rows": _array(data, "sentence_rows.npy"),
                 "sentence_starts": _array(data, "sentence_starts.npy"),
             }
         # combined: a copy saved in several record batches would make every take copy whole columns
         rows = feather.read_table(pa.BufferReader(pa.py_buffer(data["rows.arrow"]))).combine_chunks()
-        vectors = torch.from_numpy(_array(data, "vectors.npy"))
+        vectors = _array(data, "vectors.npy")
         bm25 = bm25s.BM25.load(saved / "bm25")
         if not len(rows) == len(vectors) == bm25.scores["num_docs"]:
             raise DamagedCopy(f"{saved} is not a whole snapshot")
@@ -313,15 +324,12 @@ class Snapshot:
 
     def _top(self, scores: np.ndarray, mask: np.ndarray, k: int, floor: float) -> list[int]:
         """Positions of the k best scores above the floor among the masked rows, best first, of
-        equal scores the earlier row first. The k-th best is found with torch's top-k over the
-        masked scores, then only rows at least as good are ranked: numpy's argpartition took 0.8 ms
-        over the 80,000 rows a common word reaches, gathering them first 0.8 ms in all, this 0.5 ms."""
-        import torch
-
+        equal scores the earlier row first. The k-th best is found first, then only rows at least as
+        good are ranked: over the 80,000 rows a common word reaches, gathering them first took 0.8
+        ms in all, this 0.5 ms."""
         masked = np.where(mask, scores, -np.inf)
         if k < len(masked):
-            with _one_thread():
-                kth = torch.topk(torch.from_numpy(masked), k, sorted=False).values.min().item()
+            kth = _kth_largest(masked, k)
             if kth > floor:
                 better, tied = np.flatnonzero(masked > kth), np.flatnonzero(masked == kth)
                 above = np.sort(np.concatenate([better, tied[: k - len(better)]]))
@@ -342,6 +350,15 @@ class Snapshot:
             known.update(made)
         return [{**known[p], score_name: float(scores[p])} for p in positions]
 
+    def _exact(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """A small snapshot's vectors as float32, made on first use (16 ms at 20,000), for numpy's
+        products: a process that answers from a small memory never imports torch (2 s of a cold
+        start). einsum, not BLAS: one thread, none left spinning (1.5 ms at 20,000 vectors)."""
+        if self._float32 is None:
+            sentences = None if self.sentence_vectors is None else self.sentence_vectors.astype(np.float32)
+            self._float32 = (self.vectors.astype(np.float32), sentences)
+        return self._float32
+
     def _sentence_count(self) -> int:
         return 0 if self.sentence_vectors is None else len(self.sentence_vectors)
 
@@ -350,16 +367,17 @@ class Snapshot:
         and its sentences'), best first, at least min_cosine."""
         if not len(self):
             return []
-        import torch
-
-        query = torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.float16)
+        query = np.asarray(vector, dtype=np.float32)
         if len(self) + self._sentence_count() < EXACT_BELOW:
-            with _one_thread():
-                cosine = torch.mv(self.vectors, query).float().numpy()
-                if self._sentence_count():
-                    by_sentence = torch.mv(self.sentence_vectors, query).float().numpy()
-                    best = np.maximum.reduceat(by_sentence, self.sentence_starts)
-                    cosine[self.sentence_rows] = np.maximum(cosine[self.sentence_rows], best)
+            # As torch's float16 product rounds them (the sign pass's): a memory scores alike
+            # whether its table is above EXACT_BELOW or not.
+            query = query.astype(np.float16).astype(np.float32)
+            vectors, sentence_vectors = self._exact()
+            cosine = _rounded(np.einsum("ij,j->i", vectors, query))
+            if sentence_vectors is not None:
+                by_sentence = _rounded(np.einsum("ij,j->i", sentence_vectors, query))
+                best = np.maximum.reduceat(by_sentence, self.sentence_starts)
+                cosine[self.sentence_rows] = np.maximum(cosine[self.sentence_rows], best)
         else:
             if self._signs is None:
                 self._signs = SignIndex(self)
@@ -421,10 +439,10 @@ class SignIndex:
     spin against everything else on two busy cores, and this pass is a few array operations."""
 
     def __init__(self, snapshot: Snapshot):
-        parts = [snapshot.vectors.numpy()]
+        parts = [snapshot.vectors]
         owners = [np.arange(len(snapshot))]
         if snapshot._sentence_count():
-            parts.append(snapshot.sentence_vectors.numpy())
+            parts.append(snapshot.sentence_vectors)
             counts = np.diff(np.append(snapshot.sentence_starts, snapshot._sentence_count()))
             owners.append(np.repeat(snapshot.sentence_rows, counts))
         total = sum(len(part) for part in parts)
@@ -460,7 +478,7 @@ class SignIndex:
             np.add(distance, np.bitwise_count(xor, out=bits), out=distance)
         return np.bincount(distance, minlength=64 * len(self.words) + 1)
 
-    def cosines(self, snapshot: Snapshot, query: torch.Tensor, count: int) -> np.ndarray:
+    def cosines(self, snapshot: Snapshot, query: np.ndarray, count: int) -> np.ndarray:
         """Each row's cosine to the query, from those of its vectors among the (at least) `count`
         nearest by their bits: every vector within the distance the count-th nearest has. A row with
         none is -inf. The products are the full scan's, in float16, so a row scores alike either way.
@@ -468,7 +486,7 @@ class SignIndex:
         releases the GIL): recall waits on this pass, and the query's embedding thread is done."""
         import torch
 
-        code = self._code(query.float().numpy())[0]
+        code = self._code(query)[0]
         second = slice(len(self.owner) // 2, len(self.owner))
         with self._lock:
             other = helper_thread("cortex-recall-scan").submit(self._distances, code, second)
@@ -478,16 +496,17 @@ class SignIndex:
         own, sentences = nearest[nearest < len(snapshot)], nearest[nearest >= len(snapshot)]
         if len(sentences):
             chosen = helper_thread("cortex-recall-scan").submit(
-                np.take, snapshot.sentence_vectors.numpy(), sentences - len(snapshot), axis=0
+                np.take, snapshot.sentence_vectors, sentences - len(snapshot), axis=0
             )
         cosine = np.full(len(snapshot), -np.inf, dtype=np.float32)
         # np.take gathers the rows: torch's index_select of float16 took 8-16 ms here, fancy
         # indexing 1.4 ms, np.take 0.55 ms (4,800 rows)
+        query16 = torch.from_numpy(query).to(torch.float16)
         with _one_thread():
-            rows = torch.from_numpy(np.take(snapshot.vectors.numpy(), own, axis=0))
-            cosine[own] = torch.mv(rows, query).float().numpy()
+            rows = torch.from_numpy(np.take(snapshot.vectors, own, axis=0))
+            cosine[own] = torch.mv(rows, query16).float().numpy()
             if len(sentences):
-                by_sentence = torch.mv(torch.from_numpy(chosen.result()), query).float().numpy()
+                by_sentence = torch.mv(torch.from_numpy(chosen.result()), query16).float().numpy()
         if len(sentences):
             np.maximum.at(cosine, self.owner[sentences], by_sentence)
         return cosine
