@@ -340,7 +340,8 @@ class Snapshot:
     def _rows(self, positions: list[int], score_name: str, scores: np.ndarray) -> list[dict]:
         """The rows at these positions as dicts (each a new one), with their score. Rows already
         made are kept: a query's lists share many (the widened search's, its first search's), and
-        making one costs about 10 us, most of it its timestamp."""
+        making one costs about 10 us, most of it its timestamp. The copies are shallow: a caller
+        copies a list value (`sources`) before changing it."""
         known = {p: row for p in positions if (row := self._made.get(p)) is not None}
         if missing := [p for p in positions if p not in known]:
             made = dict(zip(missing, self.rows.take(pa.array(missing, pa.int64())).to_pylist(), strict=True))
@@ -422,8 +423,8 @@ class Snapshot:
         """How many of the word ids each row says, from the index's postings (a row's, ascending):
         tokenizing the texts again cost 0.6 ms a search."""
         said = np.zeros(len(positions), dtype=np.int64)
-        rows = np.asarray(positions, dtype=np.int64)
         starts, rows_of = self.bm25.scores["indptr"], self.bm25.scores["indices"]
+        rows = np.asarray(positions, dtype=rows_of.dtype)  # else each search copies the postings
         for i in ids:
             postings = rows_of[starts[i] : starts[i + 1]]
             at = np.minimum(np.searchsorted(postings, rows), len(postings) - 1)
@@ -486,7 +487,7 @@ class SignIndex:
         releases the GIL): recall waits on this pass, and the query's embedding thread is done."""
         import torch
 
-        code = self._code(query)[0]
+        code = self._code(_rounded(query))[0]  # the bits of the query the products use
         second = slice(len(self.owner) // 2, len(self.owner))
         with self._lock:
             other = helper_thread("cortex-recall-scan").submit(self._distances, code, second)
