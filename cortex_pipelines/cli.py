@@ -777,6 +777,14 @@ def dev(
         gateway.start()
     else:
         _say("gateway: not started (set CORTEX_INGEST_API_KEY to run it)")
+    # On a machine without the query encoder's export, the first message's reply would wait 7 s for
+    # it: a child process makes it while Dagster starts (and exits; torch stays out of this one).
+    prepare = subprocess.Popen(
+        [sys.executable, "-m", "cortex_pipelines.cli", "prepare-encoder"],
+        env=dagster_env(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
     local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
@@ -795,9 +803,21 @@ def dev(
         code = proc.wait()
     finally:
         stop_starter.set()
+        if prepare.poll() is None:
+            prepare.terminate()  # the export is written atomically: a half-made one is never used
+        prepare.wait()
         if gateway is not None:
             gateway.stop(60.0)
     raise typer.Exit(code)
+
+
+@app.command("prepare-encoder", hidden=True)
+def prepare_encoder() -> None:
+    """Make this machine's ONNX query encoder if it has none (`cortex dev` runs this as it starts)."""
+    from cortex_pipelines.memory.embedder import embedder_for
+
+    ready = embedder_for(_settings()).prepare_queries()
+    out.print("query encoder: ONNX" if ready else "query encoder: torch (no ONNX export)")
 
 
 MIN_KEY_CHARS = 16

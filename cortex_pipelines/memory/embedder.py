@@ -135,12 +135,17 @@ class Embedder:
     def encode_few(self, texts: list[str]) -> np.ndarray:
         """A handful of texts (a query, one turn's lines): on CPU one by one through the ONNX export
         when it passed its check, so a process that answers a message never loads torch; else `encode`."""
+        if not self.prepare_queries() or not texts:
+            return self.encode(texts)
+        return np.stack([self._query_encoder.encode(text) for text in texts])
+
+    def prepare_queries(self) -> bool:
+        """Load the ONNX query encoder, exporting it first if this machine has none (about 7 s on
+        two cores, once per machine and weights); whether queries go through it."""
         with self._query_lock:
             if self._query_encoder is None:
                 self._query_encoder = self._build_query_encoder()
-        if self._query_encoder is False or not texts:
-            return self.encode(texts)
-        return np.stack([self._query_encoder.encode(text) for text in texts])
+        return self._query_encoder is not False
 
     def _build_query_encoder(self) -> QueryEncoder | bool:
         if self.requested_device not in ("auto", "cpu"):  # an accelerator asked for by name

@@ -94,3 +94,13 @@ def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp
         assert f"waiting for run(s) {lingering.run_id[:8]}" in ran.stdout
         (ended,) = _processing_runs(home)
         assert ended.status == DagsterRunStatus.SUCCESS
+
+
+def test_cortex_dev_makes_the_query_encoder_before_the_first_message(tmp_path, monkeypatch):
+    """On a machine without the ONNX query encoder, the first reply would wait about 7 s for its
+    export: `cortex dev` makes it as it starts, before anything is sent."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    with cortex_dev(tmp_path / "home", tmp_path / "dev.log"):
+        exports = wait_for(lambda: list((cache / "cortex" / "onnx").glob("*.onnx")), 120, "the ONNX export")
+        assert [p.name.split("-")[0] for p in exports] == ["all"]  # all-MiniLM-L6-v2-<digest>.onnx
