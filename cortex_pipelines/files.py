@@ -17,6 +17,14 @@ def private_umask() -> None:
     os.umask(os.umask(0o077) | 0o077)
 
 
+def mtime_ns(path: os.PathLike | str) -> int | None:
+    """A file's modification time in ns, None when it is not there (or cannot be stat'ed)."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
 def touch(path: Path) -> None:
     """Create or touch a user-only signal file; a failure is ignored (the signal only hastens what a
     poll or tick does anyway)."""

@@ -28,9 +28,9 @@ from contextlib import suppress
 from pathlib import Path
 
 from cortex_pipelines.brain.linger import arrival_signature
-from cortex_pipelines.files import touch
+from cortex_pipelines.files import mtime_ns, touch
+from cortex_pipelines.ingest.inbox import unfinished
 from cortex_pipelines.lanes import ACTIVE, BRAIN_LANE, PROCESSING_JOB
-from cortex_pipelines.storage.bus import doorbell
 
 POLL_S = 0.1
 RECHECK_S = 0.5  # how often a file that came while a run was busy is looked at again
@@ -55,7 +55,7 @@ def starting_file(db_path: Path) -> Path:
 def starting_now(db_path: Path) -> bool:
     """Whether the run starter began starting a run in the last STARTING_GRACE_S: the inbox sensor
     leaves the messages to it (a starter that fails says so, and the sensor's next tick starts one)."""
-    touched = _mtime(starting_file(db_path))
+    touched = mtime_ns(starting_file(db_path))
     return touched is not None and abs(time.time() - touched / 1e9) < STARTING_GRACE_S
 
 
@@ -63,23 +63,17 @@ class StartFailed(Exception):
     """The webserver did not start the run; the inbox sensor will."""
 
 
-def _mtime(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
 def inbox_files(inbox: Path) -> set[str]:
-    """Every file waiting in a channel folder (dot folders and dot files, such as .rejected and
-    files still being written, are not messages)."""
+    """Every file waiting in a channel folder (dot folders such as .rejected, and files still being
+    written, dot, .tmp or .part, are not messages yet)."""
     names: set[str] = set()
     with suppress(OSError), os.scandir(inbox) as folders:
         for folder in folders:
             if folder.name.startswith(".") or not folder.is_dir(follow_symlinks=False):
                 continue
             with suppress(OSError), os.scandir(folder.path) as entries:
-                names.update(f"{folder.name}/{e.name}" for e in entries if not e.name.startswith("."))
+                waiting = (e.name for e in entries if not unfinished(e.name, folder.name))
+                names.update(f"{folder.name}/{name}" for name in waiting)
     return names
 
 
@@ -162,9 +156,8 @@ class RunStarter:
         Files leaving the inbox (the sensor or a run ingested them) start nothing. A file that
         came while a run was busy is looked after until it leaves the inbox: a run that ended
         without taking it is followed by a new one."""
-        bell_path = doorbell(self.db_path)
-        signature = arrival_signature(self.inbox, self.db_path)
-        files, bell = inbox_files(self.inbox), _mtime(bell_path)
+        signature = arrival_signature(self.inbox, self.db_path)  # the doorbell's time first
+        files = inbox_files(self.inbox)
         while not stop.is_set():  # where the job lives, asked once while the webserver starts
             try:
                 self.webserver.selector()
@@ -176,10 +169,10 @@ class RunStarter:
         while not stop.wait(POLL_S):
             now = arrival_signature(self.inbox, self.db_path)
             if now != signature:
+                rang = now[0] != signature[0]
                 signature = now  # taken before looking: a change during the look is seen next poll
-                now_files, now_bell = inbox_files(self.inbox), _mtime(bell_path)
-                arrived, rang = now_files - files, now_bell != bell
-                files, bell = now_files, now_bell
+                now_files = inbox_files(self.inbox)
+                arrived, files = now_files - files, now_files
                 if arrived or rang:
                     unanswered = (unanswered | arrived) if self.start_if_idle() else set()
                     look_again = time.monotonic() + RECHECK_S

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cortex_pipelines.config import Settings
+from cortex_pipelines.files import mtime_ns
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox
 from cortex_pipelines.storage import Database, bus, lease
 from cortex_pipelines.storage.db import utcnow
@@ -30,20 +31,13 @@ POLL_S = 0.1
 HEARTBEAT_S = 30.0  # while waiting; at most a third of the lease timeout
 
 
-def _mtime(path: os.PathLike | str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
 def arrival_signature(inbox: Path, db_path: Path) -> tuple:
     """What changes when a message may have arrived: the bus's doorbell, the inbox and its channel
     folders (a file renamed into a folder changes the folder's mtime). Opens nothing."""
     folders: list[tuple[str, int | None]] = []
     with suppress(OSError), os.scandir(inbox) as entries:
-        folders = sorted((e.name, _mtime(e.path)) for e in entries if e.is_dir(follow_symlinks=False))
-    return _mtime(bus.doorbell(db_path)), _mtime(inbox), tuple(folders)
+        folders = sorted((e.name, mtime_ns(e.path)) for e in entries if e.is_dir(follow_symlinks=False))
+    return mtime_ns(bus.doorbell(db_path)), mtime_ns(inbox), tuple(folders)
 
 
 def _look(con) -> tuple[int, object]:
@@ -96,7 +90,7 @@ class Linger:
         seen, look_again = None, 0.0
         wanted = lease.lane_wanted(self.db.path)
         try:
-            while time.monotonic() < end and (_mtime(wanted) or 0) < self._started_ns:
+            while time.monotonic() < end and (mtime_ns(wanted) or 0) < self._started_ns:
                 signature = arrival_signature(self.settings.paths.inbox, self.db.path)
                 if signature != seen or time.monotonic() >= look_again:
                     seen = signature  # taken before looking: a change during the look is seen next poll

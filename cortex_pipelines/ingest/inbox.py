@@ -213,7 +213,7 @@ def _fresh(info: os.stat_result, seconds: float) -> bool:
     return -_ABANDONED_S < time.time() - info.st_mtime < seconds
 
 
-def _temporary(name: str, folder: str) -> bool:
+def unfinished(name: str, folder: str) -> bool:
     """A writer's name for what it has not finished (README: write, then rename)."""
     return name.startswith(".") or name.endswith((".tmp", ".part")) or folder.startswith(".")
 
@@ -222,7 +222,7 @@ def _read_entry(path: Path, folder: str, settings: Settings) -> list[dict]:
     """The bus rows of one inbox entry. Raises Deferred to look again next pass, EnvelopeError or
     OSError to reject it, FileNotFoundError when it is gone."""
     info = os.lstat(path)
-    if _temporary(path.name, folder):
+    if unfinished(path.name, folder):
         if _fresh(info, _ABANDONED_S):
             raise Deferred(
                 "a temporary name, waiting for its writer to rename it "

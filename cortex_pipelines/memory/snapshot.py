@@ -168,18 +168,22 @@ def tokenize(texts: list[str], ids: bool):
     )
 
 
+_torch_threads = threading.RLock()
+
+
 @contextmanager
 def _one_thread():
     """torch's products here are small (a few thousand rows): on two busy cores, waking a second
     OpenMP thread for one took 5-15 ms, against 0.15 ms on the calling thread alone."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    with _torch_threads:  # the setting is the process's: two at once could leave it at one for good
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _matrix(vectors: pa.FixedSizeListArray) -> np.ndarray:
@@ -372,7 +376,7 @@ class Snapshot:
         if len(self) + self._sentence_count() < EXACT_BELOW:
             # As torch's float16 product rounds them (the sign pass's): a memory scores alike
             # whether its table is above EXACT_BELOW or not.
-            query = query.astype(np.float16).astype(np.float32)
+            query = _rounded(query)
             vectors, sentence_vectors = self._exact()
             cosine = _rounded(np.einsum("ij,j->i", vectors, query))
             if sentence_vectors is not None:

@@ -103,3 +103,18 @@ def test_the_inbox_sensor_leaves_a_message_to_a_starting_run_then_falls_back(set
         os.utime(marker, (long_ago, long_ago))
         fallback = evaluate(inbox_sensor, instance, str(settings.home), cursor=waiting.cursor)
         assert len(fallback.run_requests) == 1
+
+
+def test_a_file_still_being_written_is_no_arrival(tmp_path):
+    """A connector writes, then renames (README): its .tmp, .part or dot file is not a message yet,
+    and starting a run for it would find nothing to answer."""
+    from cortex_pipelines.run_starter import inbox_files
+
+    (tmp_path / "webchat").mkdir()
+    (tmp_path / ".rejected").mkdir()
+    for name in ("a.json.tmp", "b.jsonl.part", ".c.json"):
+        (tmp_path / "webchat" / name).write_text("{}")
+    (tmp_path / ".rejected" / "old.json").write_text("{}")
+    assert inbox_files(tmp_path) == set()
+    (tmp_path / "webchat" / "a.json.tmp").rename(tmp_path / "webchat" / "a.json")
+    assert inbox_files(tmp_path) == {"webchat/a.json"}
