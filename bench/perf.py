@@ -8,8 +8,9 @@ recall   memory_query p50/p95 over 10,000 and 100,000 memories (synthetic messag
          sentences, random unit vectors: one per memory and one per sentence of a longer one), against
          the plain way (the query through SentenceTransformer.encode, then brute-force numpy cosine over
          the same vectors); two of its parts alone (the query's embedding, the snapshot's vector scan);
-         p50 right after a write, when recall reads DuckDB again (the p50/p95 are of a file no process
-         has written for a while, whose reads recall keeps);
+         p50/p95 right after the brain records a turn, when recall reads DuckDB again (the file holds
+         the memories' turns with their stored vectors and a tenth as many facts; the headline
+         p50/p95 are of a file no process has written for a while, whose reads recall keeps);
          and the time to build recall's in-memory snapshot of them from LanceDB, and to load the copy a
          new process finds saved
 context  context assembly p50/p95 with 100,000 session rows across 20 channels
@@ -128,7 +129,7 @@ def bench_ingest(tmp: Path, reps: int, progress) -> dict:
 
 def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
     from cortex_pipelines.memory.embedder import DIMENSIONS, get_embedder
-    from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, sentence_lines
+    from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id, sentence_lines
     from cortex_pipelines.memory.recall import recall
     from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
     from cortex_pipelines.storage import cursors
@@ -171,6 +172,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
                 extra += sentences[i]
             vectors.upsert(EPISODIC, rows)
             progress.advance(task, len(rows))
+        db.run(_as_the_file_of_a_home, size, embedder_id(embedder))
         db.run(cursors.write, EPISODIC_CURSOR, size)
         started = time.perf_counter()
         vectors.snapshot(EPISODIC)  # built from LanceDB, and saved
@@ -182,13 +184,16 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
         ours, base, after_write = [], [], []
         qtask = progress.add_task(f"recall: {queries} queries over {size:,}", total=queries)
         recall(db, settings, queries_said[0], k=10)  # warm: model, snapshot, handles
-        # Right after a write (the live path: the brain records the turn, then recalls), recall
-        # reads DuckDB; once no process has written it for SETTLED_S, it keeps what it read.
-        for n, text in enumerate(queries_said[:20]):
-            db.run(cursors.write, "bench-write", n)
-            started = time.perf_counter()
-            recall(db, settings, text, k=10)
-            after_write.append((time.perf_counter() - started) * 1000)
+        # Right after a write (the live path: the brain records the turn with its vectors, then
+        # recalls, in one burst of transactions), recall reads DuckDB; once no process has written
+        # the file for SETTLED_S, it keeps what it read.
+        with db.burst():
+            for n, text in enumerate(queries_said[:50]):
+                vector = matrix[n]
+                db.run(_record_turn, text, embedder_id(embedder), vector, vector[None, :])
+                started = time.perf_counter()
+                recall(db, settings, text, k=10)
+                after_write.append((time.perf_counter() - started) * 1000)
         time.sleep(SETTLED_S)
         recall(db, settings, queries_said[0], k=10)  # what it reads from DuckDB, kept
         # Each step in a loop of its own: interleaved, numpy's BLAS threads still spinning after a
@@ -228,11 +233,40 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
             "query_embedding_p50": round(statistics.median(query_ms), 1),
             "vector_scan_p50": round(statistics.median(scan_ms), 1),
             "after_write_p50": round(statistics.median(after_write), 1),
+            "after_write_p95": round(percentile(after_write, 0.95), 1),
             "vectors": len(matrix),
             "snapshot_build_s": round(load_s, 2),
             "snapshot_saved_load_s": round(saved_load_s, 2),
         }
     return out
+
+
+def _as_the_file_of_a_home(con, size: int, model: str) -> None:
+    """DuckDB as a home with `size` memories has it, for recall's reads right after a write: the
+    user turns, with the vectors the brain stored when it recorded them, and a tenth as many facts."""
+    con.execute(
+        "INSERT INTO session (role, channel, sender, content, ts, metadata) "
+        "SELECT 'user', 'webchat', 'maya', 'turn ' || i, now(), '{}' FROM range($n) t(i)",
+        {"n": size},
+    )
+    con.execute(
+        "INSERT INTO turn_vectors SELECT id, $model, list_transform(range(384), lambda x: random()::FLOAT), "
+        "[list_transform(range(384), lambda x: random()::FLOAT)] FROM session",
+        {"model": model},
+    )
+    con.execute(
+        "INSERT INTO facts (text, norm_hash, category, importance, sources, channels, origin, stated_at, "
+        "created_at, updated_at) SELECT 'fact ' || i, md5(i::VARCHAR), 'preference', 0.5, [i * 10 + 1], "
+        "['webchat'], 'extraction', now(), now(), now() FROM range($n) t(i)",
+        {"n": size // 10},
+    )
+
+
+def _record_turn(con, text: str, model: str, vector: np.ndarray, sentences: np.ndarray) -> None:
+    from cortex_pipelines.storage import session, turn_vectors
+
+    turn = session.append_owner_note(con, "webchat", "maya", text)
+    turn_vectors.record(con, turn, model, vector, sentences)
 
 
 def bench_context(tmp: Path, reps: int, progress) -> dict:
@@ -393,8 +427,8 @@ def main(argv: list[str] | None = None) -> dict:
             "",
         )
         table.add_row(
-            f"recall p50 ms @ {int(size):,} right after a write (reads DuckDB)",
-            f"{r['after_write_p50']}",
+            f"recall p50/p95 ms @ {int(size):,} right after the brain records a turn (reads DuckDB)",
+            f"{r['after_write_p50']} / {r.get('after_write_p95', '-')}",
             "",
             "",
         )

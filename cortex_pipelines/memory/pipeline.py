@@ -118,7 +118,7 @@ def index_episodes(
                 strict=True,
             )
         )
-        vecs = {sid: (v.tolist(), ss.tolist()) for sid, (v, ss) in embedded.items()} | written
+        vecs = {sid: (v.tolist(), ss.tolist()) for sid, (v, ss) in (embedded | written).items()}
         vectors.upsert(
             EPISODIC,
             [

@@ -172,8 +172,9 @@ def recall(
     said = episode_table.where(exclude_sources, role="user")
     fact_words = fact_table.text_search(query, pool, active)
     episode_words = episode_table.text_search(query, pool, said)
-    signals, recent, hot, links, forgotten = db.run_unchanged(
+    recent, recent_vectors, hot, links, forgotten = db.run_unchanged(
         _duckdb_reads,
+        str(db.path),
         config.tail_turns,
         embedder_id(embedder),
         readable_episodes is None,
@@ -194,13 +195,13 @@ def recall(
             wider = episode_table.text_search(widened, pool, said)
             add_ranked(episodes, wider, config.feedback_weight, config, stemmed(widened))
 
-    meta = fact_store.signals_of(signals, list(facts))
+    meta = _fact_signals(db, list(facts))
     exclude_sources = set(exclude_sources) | forgotten  # a forgotten fact's turns are forgotten too
     for turn_id in forgotten.intersection(episodes):
         del episodes[turn_id]
-    if qvec is None and recent.column("vector").null_count < recent.num_rows:
+    if qvec is None and recent_vectors:
         qvec = query_vector_now()
-    episodes |= tail.candidates(recent, qvec, query, set(exclude_sources), pool, config)
+    episodes |= tail.candidates(recent, recent_vectors, qvec, query, set(exclude_sources), pool, config)
     hits = _fact_keyword_hits(hot, query, pool, config)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
@@ -257,16 +258,29 @@ def recall(
     return hits[:k]
 
 
-def _duckdb_reads(con, tail_turns: int, model: str, whole_tail: bool, hot_facts: bool) -> tuple:
-    """Everything recall needs from DuckDB, in one short transaction; the same for every query
-    until some process writes the file, so `run_unchanged` keeps it (shared: never changed)."""
+def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool, hot_facts: bool) -> tuple:
+    """What recall needs from DuckDB before it searches, in one short transaction; the same for
+    every query until some process writes the file, so `run_unchanged` keeps it (shared: never
+    changed)."""
+    recent = turn_vectors.user_turns_since(con, EPISODIC_CURSOR, tail_turns, everything=whole_tail)
     return (
-        fact_store.recall_signals(con),
-        turn_vectors.unindexed_user_turns(con, EPISODIC_CURSOR, tail_turns, model, everything=whole_tail),
+        recent,
+        tail.stored_vectors(con, file, model, recent),
         fact_store.active(con, "hot") if hot_facts else [],
         updates.links(con),
         frozenset(fact_store.forgotten_sources(con)),
     )
+
+
+def _fact_signals(db: Database, fact_ids: list[int]) -> dict[int, dict]:
+    """What the found facts are weighed by. A file no process has written lately is read whole once
+    and kept for the next queries; right after a write (the brain's path: it has just recorded the
+    turn) only the found facts are read, as the whole table would be read for this query alone."""
+    if not fact_ids:
+        return {}
+    if db.settled():
+        return fact_store.signals_of(db.run_unchanged(fact_store.recall_signals), fact_ids)
+    return db.run(fact_store.signals_for, fact_ids)
 
 
 def _current_first(

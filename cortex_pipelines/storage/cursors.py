@@ -8,8 +8,8 @@ from cortex_pipelines.storage.db import utcnow
 
 def read(con, name: str) -> int:
     """The cursor's position; 0 for one never written."""
-    row = con.execute("SELECT value FROM cursors WHERE name = ?", [name]).fetchone()
-    return int(row[0]) if row else 0
+    rows = con.execute("SELECT value FROM cursors WHERE name = ?", [name]).fetchall()
+    return int(rows[0][0]) if rows else 0
 
 
 def write(con, name: str, value: int) -> None:

@@ -273,6 +273,11 @@ class Database:
 
         return attempt()
 
+    def settled(self) -> bool:
+        """No process has written the file for SETTLED_S: a read `run_unchanged` keeps now will
+        likely be asked again before the next write."""
+        return self._state() is not None
+
     def _state(self) -> tuple | None:
         """What any process's commit changes: the file's and its write-ahead log's inode, size and
         times (a commit appends to the log, a checkpoint rewrites the file and drops the log).

@@ -351,6 +351,19 @@ def recall_signals(con) -> pa.Table:
     ).to_arrow_table()
 
 
+def signals_for(con, fact_ids: list[int]) -> dict[int, dict]:
+    """`recall_signals` of these facts only, by id: for a file just written, where the whole table
+    would be read again for every query (4.5 ms at 20,000 facts)."""
+    if not fact_ids:
+        return {}
+    rows = con.sql(
+        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts "
+        "WHERE list_contains($ids, id)",
+        params={"ids": fact_ids},
+    ).to_arrow_table()
+    return {row["id"]: row for row in rows.to_pylist()}
+
+
 def signals_of(signals: pa.Table, fact_ids: list[int]) -> dict[int, dict]:
     """By id, the `recall_signals` of these facts (a fact not there is left out)."""
     if not fact_ids or not signals.num_rows:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from cortex_pipelines.storage import cursors
+
 
 def record(con, session_id: int, model: str, vector: np.ndarray, sentence_vectors: np.ndarray) -> None:
     con.execute(
@@ -15,29 +17,41 @@ def record(con, session_id: int, model: str, vector: np.ndarray, sentence_vector
     )
 
 
-def stored(con, session_ids: list[int], model: str) -> dict[int, tuple[list[float], list[list[float]]]]:
-    """(vector, sentence vectors) of the given turns that `model` embedded."""
+def stored(con, session_ids: list[int], model: str) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(vector, sentence vectors as rows) of the given turns that `model` embedded. The id range
+    lets DuckDB skip, by its zone maps, the table's older rows, which only grow."""
     if not session_ids:
         return {}
-    rows = con.execute(
+    table = con.sql(
         "SELECT session_id, vector, sentence_vectors FROM turn_vectors "
-        "WHERE model = ? AND session_id IN (SELECT unnest(?))",
-        [model, session_ids],
-    ).fetchall()
-    return {sid: (vec, sents) for sid, vec, sents in rows}
+        "WHERE model = $model AND session_id BETWEEN $low AND $high "
+        "AND list_contains($ids, session_id)",
+        params={"model": model, "low": min(session_ids), "high": max(session_ids), "ids": session_ids},
+    ).to_arrow_table()
+    if not table.num_rows:
+        return {}
+    width = len(table.column("vector")[0])
+    vectors = _rows(table.column("vector").combine_chunks(), width)
+    sentences = table.column("sentence_vectors").combine_chunks()
+    per_turn = sentences.value_lengths().to_numpy(zero_copy_only=False)
+    flat = _rows(sentences.flatten(), width)
+    starts = np.concatenate([[0], np.cumsum(per_turn)])
+    return {
+        int(sid): (vectors[i], flat[starts[i] : starts[i + 1]])
+        for i, sid in enumerate(table.column("session_id").to_pylist())
+    }
 
 
-def unindexed_user_turns(con, cursor: str, k: int, model: str, everything: bool = False) -> pa.Table:
+def _rows(lists: pa.ListArray, width: int) -> np.ndarray:
+    return lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(-1, width)
+
+
+def user_turns_since(con, cursor: str, k: int, everything: bool = False) -> pa.Table:
     """The newest user turns said since the episodic cursor (or at all, when `everything`), at most
-    k, newest first, with the vectors `model` gave each when it was recorded (null when none)."""
+    k, newest first. The cursor is read first so the session scan skips older rows by its zone maps."""
+    after = -1 if everything else cursors.read(con, cursor)
     return con.sql(
-        """
-        SELECT s.id, s.channel, s.sender, s.content AS text, s.ts AS stated_at,
-               v.vector, v.sentence_vectors
-        FROM session s LEFT JOIN turn_vectors v ON v.session_id = s.id AND v.model = $model
-        WHERE s.role = 'user'
-          AND ($everything OR s.id > coalesce((SELECT value FROM cursors WHERE name = $cursor), 0))
-        ORDER BY s.id DESC LIMIT $k
-        """,
-        params={"model": model, "everything": everything, "cursor": cursor, "k": k},
+        "SELECT id, channel, sender, content AS text, ts AS stated_at FROM session "
+        "WHERE role = 'user' AND id > $after ORDER BY id DESC LIMIT $k",
+        params={"after": after, "k": k},
     ).to_arrow_table()

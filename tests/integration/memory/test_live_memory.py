@@ -180,3 +180,29 @@ def test_a_strangers_words_are_never_recalled_as_what_the_user_said(settings, db
     # The stranger's turn is still memory, as theirs: recall names who said it.
     hits = recall(db, settings, "Which city did someone move to?", k=3)
     assert any(h.sender == "mallory" and "Paris" in h.text for h in hits), [h.as_dict() for h in hits]
+
+
+def test_after_a_restore_a_turn_id_given_again_is_recalled_by_its_new_turns_vectors(settings, db, tmp_path):
+    """Recall keeps the tail's stored vectors in the process; a file restored from a backup gives
+    the ids of later turns to other turns, and their own vectors must be the ones compared."""
+    import shutil
+
+    def say(text):
+        source = tmp_path / "said.jsonl"
+        source.write_text(json.dumps({"channel": "webchat", "sender": "user", "text": text}) + "\n")
+        ingest_path(source, settings, db)
+        Brain(db, settings, OfflineClient()).drain()
+
+    db.run(lambda con: con.execute("CHECKPOINT"))
+    backup = tmp_path / "backup.duckdb"
+    shutil.copy(settings.paths.db, backup)
+    peanuts, seats = PAIRS[0][0], PAIRS[1][0]
+    say(peanuts)
+    hits = recall(db, settings, "What foods must I avoid for dinner?", k=3)
+    assert hits and "peanuts" in hits[0].text, [h.text for h in hits]
+
+    shutil.copy(backup, settings.paths.db)  # as `cortex doctor --restore` brings a backup back
+    say(seats)
+    assert db.query("SELECT id FROM session WHERE content = ?", [seats]) == [(1,)]  # the same id again
+    hits = recall(db, settings, "What foods must I avoid for dinner?", k=3)
+    assert not [h for h in hits if "window" in h.text], [h.as_dict() for h in hits]
