@@ -154,7 +154,7 @@ def update_turns(pairs: list[dict], distractors: list[dict], asked: list[dict]) 
     fillers = iter(distractors)
     turns = []
     for n, pair in enumerate(pairs):
-        new_at = end - timedelta(hours=3) + timedelta(minutes=5 * n)
+        new_at = end - timedelta(hours=3) + timedelta(minutes=170 * n / len(pairs))  # all before `end`
         for key, text, at in (
             ("old:" + pair["id"], pair["old"], new_at - timedelta(days=pair["gap_days"])),
             ("new:" + pair["id"], pair["new"], new_at),
