@@ -80,7 +80,8 @@ def classify(sentence: str) -> tuple[str, int] | None:
 
 # Knowledge updates (memory/updates.py): the attribute of the user's life a statement is about,
 # named by the words that name the attribute, never by its values ("bank", "accounts"; not
-# "Barclays"), so a value the table has never seen still counts. Two statements about a shared
+# "Barclays"), so a value the table has never seen still counts; only a small closed class is named
+# by its values as well (coffee drinks: "I switched to oat cortados"). Two statements about a shared
 # attribute are compared leniently; a statement naming none is compared on meaning alone. Each row
 # is (language, attribute, regex); several languages may share an attribute.
 _ATTRIBUTE_ROWS: list[tuple[str, str, str]] = [
@@ -121,7 +122,16 @@ _ATTRIBUTE_ROWS: list[tuple[str, str, str]] = [
     ("en", "diet", r"\b(eat|eating|diet|vegan|vegetarian|pescatarian|meat)\b"),
     ("en", "fitness", r"\b(gym|membership|fitness|workouts?)\b"),
     ("en", "running", r"\b(run|runs|running|jog|jogging|marathon)\b"),
-    ("en", "drink", r"\b(coffee|tea|latte|espresso|cappuccino)\b"),
+    (
+        "en",
+        "drink",
+        r"\b(coffee|tea|latte|espresso|cappuccino|flat whites?|cortados?|americanos?|macchiatos?|mochas?|"
+        r"usual order)\b",
+    ),
+    ("en", "sleep", r"\b(bed|bedtime|sleep\w*|asleep|turn(ing)? in|night owl)\b"),
+    ("en", "insurance", r"\b(insurance|insurer|insures?|insured|polic(y|ies))\b"),
+    ("en", "energy", r"\b(electricity|energy|gas|supplier|tariff)\b"),
+    ("en", "computer", r"\b(laptop|computer|pc|desktop|machine)\b"),
     ("en", "doctor", r"\b(gp|doctor|dr|physio|therapist|clinic)\b"),
     ("de", "doctor", r"\b(arzt|ärztin|hausarzt)\b"),
     ("en", "dentist", r"\b(dentists?|dental)\b"),

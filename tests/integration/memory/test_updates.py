@@ -187,6 +187,9 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("Did you switch my bank to Monzo now?", False),  # a question states nothing
         ("I've found a better barber, Sam on Church Street.", True),
         ("Anna moved to Bristol for a hospital job.", True),  # someone the user told about, by name
+        ("Tom's at Spotify now, he left his old job.", True),  # where someone is, said to be new
+        ("It's raining now, ugh.", False),  # "It" is nobody
+        ("We went with Admiral when the policy renewed.", True),  # a choice made in place of another
     ],
 )
 def test_which_statements_announce_a_change(text, announces):
@@ -300,6 +303,17 @@ def test_an_update_supersedes_the_statement_about_the_same_attribute_and_nothing
         "Anna moved to Bristol for a hospital job.", "I live in Lisbon.", "My sister Anna lives in Leeds."
     ) == [2]
     assert superseded("Anna moved to Bristol for a hospital job.", "I live in Lisbon.") is None
+    # Naming the same attribute beats a closer meaning: the commute, not the office's street.
+    assert superseded(
+        "I cycle to the office now that the new lane opened.",
+        "Our office is on Victoria Street.",
+        "I take the bus to work.",
+    ) == [2]
+    # News of someone else, told by name, is theirs: the user's own change never supersedes it.
+    assert superseded("Tom's at Spotify now, he left his old job.", "My brother Tom works at Google.") == [1]
+    assert superseded(
+        "Priya left the company, I report to Daniel now.", "Tom's at Spotify now, he left his old job."
+    ) is None
 
 
 def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
