@@ -153,10 +153,7 @@ def superseded_statement(
     reached = [i for i in range(len(earlier)) if cosines[i] >= needed[i]]
     if not reached:
         return None
-    # Naming the same attribute is better evidence than a closer meaning: "I cycle to the office
-    # now" updates "I take the bus to work", not "Our office is on Victoria Street" (0.45 vs 0.53).
-    alike = [i for i in reached if named & attributes_of(earlier[i].text)]
-    best = max(alike or reached, key=lambda i: cosines[i])
+    best = max(reached, key=lambda i: cosines[i])
     return list(earlier[best].sources), float(cosines[best])
 
 
