@@ -764,7 +764,7 @@ def dev(
     import threading
 
     from cortex_pipelines.processes import Supervised
-    from cortex_pipelines.run_starter import RunStarter, Webserver
+    from cortex_pipelines.run_starter import RunStarter, Webserver, local_url
 
     settings = _ready()
     workspace = settings.paths.dagster_workspace
@@ -788,9 +788,8 @@ def dev(
     )
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
-    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
     starter = RunStarter(
-        Webserver(f"http://{local}:{port}"),
+        Webserver(local_url(host, port)),
         settings.paths.inbox,
         settings.paths.db,
         lambda line: _say(line, err),

@@ -77,6 +77,14 @@ def inbox_files(inbox: Path) -> set[str]:
     return names
 
 
+def local_url(host: str, port: int) -> str:
+    """Where this machine reaches a webserver bound to `host`: one bound to every interface
+    (0.0.0.0, ::) through the loopback, an IPv6 address in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class Webserver:
     """The GraphQL API of the Dagster webserver that `cortex dev` started."""
 

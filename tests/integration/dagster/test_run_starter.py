@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import pytest
 from dagster import DagsterInstance
 
 from cortex_pipelines.files import touch
-from cortex_pipelines.run_starter import STARTING_GRACE_S, starting_file
+from cortex_pipelines.run_starter import STARTING_GRACE_S, RunStarter, Webserver, local_url, starting_file
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from tests.support.cli import cli_env
 from tests.support.dagster_dev import cli, cortex_dev, graphql, wait_for
@@ -118,3 +119,84 @@ def test_a_file_still_being_written_is_no_arrival(tmp_path):
     assert inbox_files(tmp_path) == set()
     (tmp_path / "webchat" / "a.json.tmp").rename(tmp_path / "webchat" / "a.json")
     assert inbox_files(tmp_path) == {"webchat/a.json"}
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:3000"),
+        ("0.0.0.0", "http://127.0.0.1:3000"),  # every interface: reached through the loopback
+        ("::", "http://127.0.0.1:3000"),
+        ("::1", "http://[::1]:3000"),
+        ("localhost", "http://localhost:3000"),
+    ],
+)
+def test_cortex_dev_reaches_its_webserver_whatever_it_binds(host, url):
+    assert local_url(host, 3000) == url
+
+
+def test_a_webserver_that_does_not_answer_is_said_once_and_left_to_the_inbox_sensor(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    said: list[str] = []
+    db_path = tmp_path / "cortex.duckdb"
+    starter = RunStarter(Webserver(local_url("127.0.0.1", port)), tmp_path / "inbox", db_path, said.append)
+    assert starter.start_if_idle() is False
+    assert starter.start_if_idle() is False
+    assert len(said) == 1, said  # once per reason, not once per message
+    assert "did not answer" in said[0] and "the inbox sensor starts the processing run" in said[0]
+    assert not starting_file(db_path).exists()  # the sensor does not wait for a run that never comes
+
+
+class ScriptedWebserver(Webserver):
+    """The Dagster webserver's GraphQL answers, as it gives them, for a brain lane that is busy
+    until told otherwise; counts the runs it was asked to launch."""
+
+    def __init__(self):
+        super().__init__("http://127.0.0.1:9")
+        self.busy, self.launched = True, 0
+
+    def ask(self, query: str, variables: dict | None = None) -> dict:
+        if "repositoriesOrError" in query:
+            repository = {
+                "name": "__repository__",
+                "location": {"name": "cortex_pipelines.definitions"},
+                "jobs": [{"name": "process_messages"}],
+            }
+            return {"repositoriesOrError": {"nodes": [repository]}}
+        if "runsOrError" in query:
+            return {"runsOrError": {"results": [{"runId": "r1"}] if self.busy else []}}
+        self.launched += 1
+        return {"launchRun": {"__typename": "LaunchRunSuccess", "run": {"runId": f"new{self.launched}"}}}
+
+
+def test_a_message_that_came_as_a_run_was_ending_gets_a_run_of_its_own(tmp_path):
+    """A file that arrives while a run is alive is left to that run; if the run ends without
+    taking it, the starter starts another within RECHECK_S, and none once the file is taken."""
+    import threading
+    import time
+
+    inbox, db_path = tmp_path / "inbox", tmp_path / "cortex.duckdb"
+    (inbox / "webchat").mkdir(parents=True)
+    webserver = ScriptedWebserver()
+    starter = RunStarter(webserver, inbox, db_path, lambda line: None)
+    stop = threading.Event()
+    watching = threading.Thread(target=starter.watch, args=(stop,), daemon=True)
+    watching.start()
+    try:
+        time.sleep(0.3)
+        (inbox / "webchat" / "late.json").write_text(json.dumps(msg("webchat", "still there?", "1")))
+        time.sleep(0.5)
+        assert webserver.launched == 0  # the live run answers it
+        webserver.busy = False  # ... but it ended without ingesting the file
+        deadline = time.monotonic() + 5
+        while webserver.launched == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert webserver.launched == 1
+        (inbox / "webchat" / "late.json").unlink()  # the new run ingested it
+        time.sleep(1.5)
+        assert webserver.launched == 1
+    finally:
+        stop.set()
+        watching.join(5)
