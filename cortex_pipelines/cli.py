@@ -783,9 +783,11 @@ def dev(
     prepare = subprocess.Popen(
         [sys.executable, "-m", "cortex_pipelines.cli", "prepare-encoder"],
         env=dagster_env(settings),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
+    threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
     starter = RunStarter(
@@ -811,13 +813,31 @@ def dev(
     raise typer.Exit(code)
 
 
+def _say_if_unprepared(prepare: subprocess.Popen) -> None:
+    """One line when `cortex prepare-encoder` could not make the ONNX query encoder: queries then
+    embed with torch, each run's first one waiting seconds for it to load."""
+    output, _ = prepare.communicate()
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if prepare.returncode == 0 and not any(line.startswith(TORCH_QUERIES) for line in lines):
+        return
+    if prepare.returncode is not None and prepare.returncode < 0:  # stopped with `cortex dev`
+        return
+    ours = [line.removeprefix("cortex: ") for line in lines if line.startswith("cortex: ")]  # not a library's
+    others = [line for line in lines if not line.startswith(TORCH_QUERIES)]
+    why = (ours or others or [f"exit {prepare.returncode}"])[-1]
+    _say(f"{TORCH_QUERIES}: {why[:200]}", err)
+
+
+TORCH_QUERIES = "query encoder: torch (no ONNX export)"
+
+
 @app.command("prepare-encoder", hidden=True)
 def prepare_encoder() -> None:
     """Make this machine's ONNX query encoder if it has none (`cortex dev` runs this as it starts)."""
     from cortex_pipelines.memory.embedder import embedder_for
 
     ready = embedder_for(_settings()).prepare_queries()
-    out.print("query encoder: ONNX" if ready else "query encoder: torch (no ONNX export)")
+    out.print("query encoder: ONNX" if ready else TORCH_QUERIES)
 
 
 MIN_KEY_CHARS = 16

@@ -104,3 +104,19 @@ def test_cortex_dev_makes_the_query_encoder_before_the_first_message(tmp_path, m
     with cortex_dev(tmp_path / "home", tmp_path / "dev.log"):
         exports = wait_for(lambda: list((cache / "cortex" / "onnx").glob("*.onnx")), 120, "the ONNX export")
         assert [p.name.split("-")[0] for p in exports] == ["all"]  # all-MiniLM-L6-v2-<digest>.onnx
+
+
+def test_cortex_dev_says_when_it_cannot_make_the_query_encoder(tmp_path, monkeypatch):
+    """An ONNX export that cannot be written (here the cache is a file, not a folder) leaves queries
+    to torch: `cortex dev` says so, with why, instead of going quiet about it."""
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    log = tmp_path / "dev.log"
+    with cortex_dev(tmp_path / "home", log):
+        said = wait_for(
+            lambda: [line for line in log.read_text().splitlines() if "query encoder: torch" in line],
+            120,
+            "cortex dev to say how queries are embedded",
+        )
+    assert "Not a directory" in said[0] and "warning: queries embed with torch" in said[0], said
