@@ -53,8 +53,10 @@ NAMED_CHANGE = re.compile(
     r"^\W*(?!(?:It|He|She|They|This|That|There|Here|What|Who|You)\b)([A-Z][\w-]+)"
     r"(?:(?:'s| has| is)?\s+(?:just\s+|now\s+)?"
     r"(?:moved|switched|changed|started|joined|quit|left|sold|became|got)\b"
-    # or where they are, said to be new: "Tom's at Spotify now", "Tom is with Acme these days"
-    r"|(?:'s| is) (?:at|in|with|working)\b.*\b(?:now|these days|no longer|any ?more)\b)"
+    # or where they are, said to be new, with "he" or "she" to say it is a person: "Tom's at Spotify
+    # now, he left his old job", not "Paris is in chaos now" (which superseded "I work in Paris")
+    r"|(?=.*\b(?:he|she|his|her|him)\b)(?:'s| is) (?:at|in|with|working)\b.*"
+    r"\b(?:now|these days|no longer|any ?more)\b)"
 )
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
 NOT_STATEMENTS = frozenset({"cron", "router"})

@@ -188,6 +188,7 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("I've found a better barber, Sam on Church Street.", True),
         ("Anna moved to Bristol for a hospital job.", True),  # someone the user told about, by name
         ("Tom's at Spotify now, he left his old job.", True),  # where someone is, said to be new
+        ("Paris is in chaos now with the strikes.", False),  # a place is nobody: no "he" or "she"
         ("It's raining now, ugh.", False),  # "It" is nobody
         ("We went with Admiral when the policy renewed.", True),  # a choice made in place of another
     ],
