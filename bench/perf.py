@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict:
             results["ingest_msgs_per_s"] = bench_ingest(root, reps, progress)
         if "recall" in args.only:
             sizes = [10_000] if args.quick else [10_000, 100_000]
-            results["recall_ms"] = bench_recall(root, sizes, 30 if args.quick else 100, progress)
+            results["recall_ms"] = bench_recall(root, sizes, 30 if args.quick else 300, progress)
         if "context" in args.only:
             results["context_ms"] = bench_context(root, 10 if args.quick else 30, progress)
         if "embed" in args.only:
