@@ -150,11 +150,14 @@ def recall(
     embedder = embedder_for(settings)
     # The query is embedded on a helper thread while the snapshots, keyword searches and DuckDB's
     # reads run (onnxruntime and numpy release the GIL): about 2.5 ms of the 5 ms it takes on two
-    # cores. Even when memory turns out empty: waiting to know would cost more than it saves.
+    # cores. Even when memory turns out empty, unless no table was ever indexed: then only the
+    # unindexed tail can need it, and a new home (on a new machine, whose first query would make
+    # the ONNX export, 7 s) answers at once.
+    indexed = vectors.exists(EPISODIC) or vectors.exists(SEMANTIC)
     embedding = (
-        None
-        if query_vector is not None
-        else helper_thread("cortex-query-embedding").submit(embedder.encode_query, query)
+        helper_thread("cortex-query-embedding").submit(embedder.encode_query, query)
+        if query_vector is None and indexed
+        else None
     )
     now = utcnow()
     pool = max(25, k * 5)
@@ -165,7 +168,9 @@ def recall(
     episode_table = readable_episodes or Snapshot.empty()
 
     def query_vector_now() -> np.ndarray:
-        return query_vector if embedding is None else embedding.result()
+        if query_vector is not None:
+            return query_vector
+        return embedding.result() if embedding is not None else embedder.encode_query(query)
 
     asked = stemmed(query)
     active = fact_table.where(status="active")

@@ -372,3 +372,20 @@ def test_cortex_recall_over_a_small_memory_never_imports_torch(settings, db, emb
     *answer, loaded = out.stdout.strip().splitlines()
     assert json.loads("\n".join(answer))[0]["sources"] == [said[0]]  # the key's turn, found
     assert loaded == "torch loaded: False"
+
+
+def test_cortex_recall_on_a_new_home_answers_without_embedding_the_query(tmp_path):
+    """Nothing said yet, nothing to compare a query with: on a new machine, embedding it would start
+    the ONNX export for an empty answer (it then failed as the process exited, and said queries
+    embed with torch)."""
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    env = {**os.environ, "CORTEX_HOME": str(home), "XDG_CACHE_HOME": str(cache)}
+    run = [sys.executable, "-m", "cortex_pipelines.cli"]
+    assert subprocess.run([*run, "init"], env=env, capture_output=True, timeout=120).returncode == 0
+    out = subprocess.run(
+        [*run, "recall", "where is the boathouse key", "--json"], capture_output=True, text=True, env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [] and out.stderr == "", out.stderr
+    assert not list(cache.glob("**/*.onnx")), "the query was embedded"
