@@ -786,6 +786,8 @@ def dev(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        errors="replace",
+        start_new_session=True,  # Ctrl-C is not its: it stops by `terminate` below, unreported
     )
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
@@ -824,7 +826,7 @@ def _say_if_unprepared(prepare: subprocess.Popen) -> None:
         return
     ours = [line.removeprefix("cortex: ") for line in lines if line.startswith("cortex: ")]  # not a library's
     others = [line for line in lines if not line.startswith(TORCH_QUERIES)]
-    why = (ours or others or [f"exit {prepare.returncode}"])[-1]
+    why = (ours or others or [f"no reason given (exit {prepare.returncode})"])[-1]
     _say(f"{TORCH_QUERIES}: {why[:200]}", err)
 
 

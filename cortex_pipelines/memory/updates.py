@@ -44,13 +44,17 @@ CHANGE = re.compile(
 FIRST_PERSON = re.compile(
     r"\b(i|i'm|i've|i'd|i'll|me|my|we|we're|we've|us|our|ich|mein\w*|wir|unser\w*)\b", re.I
 )
+# Words a chat sentence may open with before its change ("Just moved to Leeds"): never a name.
+OPENERS = r"(?:just|recently|finally|also|now|today|yesterday|officially|so|well|ok|okay)"
 OPENS_WITH_CHANGE = re.compile(
-    r"^\W*(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new)\b", re.I
+    rf"^\W*(?:{OPENERS}\s+)?"
+    r"(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new)\b",
+    re.I,
 )
 # Or about someone the user told about, by name, as the sentence's subject ("Anna moved to
 # Bristol"): then only an earlier statement naming them can be updated.
 NAMED_CHANGE = re.compile(
-    r"^\W*(?!(?:It|He|She|They|This|That|There|Here|What|Who|You)\b)([A-Z][\w-]+)"
+    rf"^\W*(?!(?:It|He|She|They|This|That|There|Here|What|Who|You)\b)(?!(?i:{OPENERS})\b)([A-Z][\w-]+)"
     r"(?:(?:'s| has| is)?\s+(?:just\s+|now\s+)?"
     r"(?:moved|switched|changed|started|joined|quit|left|sold|became|got)\b"
     # or where they are, said to be new, with "he" or "she" to say it is a person: "Tom's at Spotify

@@ -341,14 +341,15 @@ def hot_for_floor(con, limit: int) -> list[dict]:
     )
 
 
+SIGNALS = "id, tier, status, hit_count, decay, importance, stated_at, valid_to"  # what recall weighs by
+
+
 def recall_signals(con) -> pa.Table:
     """Of every fact, what recall weighs a hit by and whether it still holds: tier, status, hit
     count, decay, importance, when it was stated and until when it was true. All of them, as one
     Arrow table (a few ms at 10,000 facts): recall keeps it while the file is unchanged and looks its
     hits up with `signals_of`."""
-    return con.sql(
-        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts ORDER BY id"
-    ).to_arrow_table()
+    return con.sql(f"SELECT {SIGNALS} FROM facts ORDER BY id").to_arrow_table()
 
 
 def signals_for(con, fact_ids: list[int]) -> dict[int, dict]:
@@ -357,9 +358,7 @@ def signals_for(con, fact_ids: list[int]) -> dict[int, dict]:
     if not fact_ids:
         return {}
     rows = con.sql(
-        "SELECT id, tier, status, hit_count, decay, importance, stated_at, valid_to FROM facts "
-        "WHERE list_contains($ids, id)",
-        params={"ids": fact_ids},
+        f"SELECT {SIGNALS} FROM facts WHERE list_contains($ids, id)", params={"ids": fact_ids}
     ).to_arrow_table()
     return {row["id"]: row for row in rows.to_pylist()}
 

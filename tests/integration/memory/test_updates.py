@@ -189,6 +189,7 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("Anna moved to Bristol for a hospital job.", True),  # someone the user told about, by name
         ("Tom's at Spotify now, he left his old job.", True),  # where someone is, said to be new
         ("Paris is in chaos now with the strikes.", False),  # a place is nobody: no "he" or "she"
+        ("Just moved to Leeds, the new flat is great.", True),  # "Just" opens the sentence, it is nobody
         ("It's raining now, ugh.", False),  # "It" is nobody
         ("We went with Admiral when the policy renewed.", True),  # a choice made in place of another
     ],
@@ -309,6 +310,9 @@ def test_an_update_supersedes_the_statement_about_the_same_attribute_and_nothing
     assert superseded(
         "Priya left the company, I report to Daniel now.", "Tom's at Spotify now, he left his old job."
     ) is None
+    # ... but a change the user told without "I" is theirs, however the sentence opens.
+    oat = "Recently switched to oat milk for the coffee."
+    assert superseded("I switched to almond milk for the coffee.", oat) == [1]
 
 
 def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
