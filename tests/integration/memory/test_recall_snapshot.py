@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow.compute as pc
@@ -17,7 +18,7 @@ from cortex_pipelines.memory.embedder import get_embedder
 from cortex_pipelines.memory.pipeline import index_episodes
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.snapshot import Snapshot
-from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
+from cortex_pipelines.memory.vectors import EPISODIC, QUIET_VERSIONS_NS, VectorStore, vector_store
 from tests.support.history import ingest_history
 
 
@@ -40,6 +41,25 @@ def test_a_turn_indexed_by_another_writer_is_found_by_the_next_query(settings, d
     hits = recall(db, settings, "when does my passport expire", k=1)
     assert hits[0].sources == later
     assert vector_store(settings.paths.lance).snapshot(EPISODIC).version > before
+
+
+def test_a_commit_after_a_quiet_spell_is_found_by_the_next_query(settings, db, embedder, tmp_path):
+    """While a table's folder of versions stays quiet, recall does not ask LanceDB for the version:
+    another writer's next commit must still be seen at once."""
+    ingest_history(settings, db, tmp_path, ("webchat", "The boathouse key hangs behind the kitchen door."))
+    writer = VectorStore(settings.paths.lance)
+    index_episodes(db, writer, embedder, settings)
+    reader = VectorStore(settings.paths.lance)
+    time.sleep(QUIET_VERSIONS_NS / 1e9 + 0.2)
+    quiet = reader.snapshot(EPISODIC)
+    assert reader.snapshot(EPISODIC) is quiet
+
+    later = ingest_history(
+        settings, db, tmp_path, ("telegram", "My passport expires in March, renew it soon.")
+    )
+    index_episodes(db, writer, embedder, settings)  # moves the episodic cursor past the new turn
+    assert reader.snapshot(EPISODIC).version > quiet.version
+    assert recall(db, settings, "when does my passport expire", k=1, vectors=reader)[0].sources == later
 
 
 def test_words_match_across_inflections_before_and_after_indexing(settings, db, embedder, tmp_path):
