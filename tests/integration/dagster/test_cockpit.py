@@ -114,6 +114,14 @@ def test_the_run_log_has_a_line_per_message_and_every_tool_call_in_full(settings
     assert second.endswith("x…") and len(second) < 200  # the reply shortened
 
 
+def test_the_daemon_looks_at_the_run_queue_twice_a_second(settings):
+    """The first message after idle waits for the daemon's look at the run queue. The shipped
+    0.5 s reaches the daemon through a private field of Dagster's coordinator (its own option
+    takes whole seconds), which a Dagster upgrade may rename."""
+    with DagsterInstance.get() as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 0.5
+
+
 def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
     """Launched as the asset graph's "Materialize all" launches it: the implicit asset job with an
     asset selection, through GraphQL, on an instance configured by the shipped dagster.yaml."""
