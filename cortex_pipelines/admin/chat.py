@@ -101,7 +101,7 @@ class AdminChat:
             "priority": "urgent",
             "external_id": "admin-" + uuid.uuid4().hex,
         }
-        row = validate(envelope, self.settings, clock.now(), folder_channel=None)
+        row = validate(envelope, self.settings, clock.now(), folder_channel=None, terminal=True)
         (bus_id,) = self.db.run(lambda con: enqueue_rows(con, [row], source="cortex chat").inserted)
         deadline = time.monotonic() + self.wait_s
         brain = Brain(self.db, self.settings, self.llm, inspect=self.inspect)

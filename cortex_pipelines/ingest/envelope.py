@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+from cortex_pipelines.config import ADMIN_CHANNEL, CHANNEL_PATTERN, Settings
 
 Priority = Literal["urgent", "normal", "background"]
 PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
@@ -95,8 +95,12 @@ def content_id(env: Envelope) -> str:
     return "sha256:" + hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 
-def validate(raw: object, settings: Settings, now: datetime, folder_channel: str | None) -> dict:
-    """Check one decoded JSON value; return the bus row it becomes, or raise EnvelopeError."""
+def validate(
+    raw: object, settings: Settings, now: datetime, folder_channel: str | None, terminal: bool = False
+) -> dict:
+    """Check one decoded JSON value; return the bus row it becomes, or raise EnvelopeError. Only
+    the owner's terminal (`cortex chat`, `terminal`) writes on the admin channel: it is the owner
+    whoever the sender, with every tool, so an inbox file or a connector may not."""
     if not isinstance(raw, dict):
         raise EnvelopeError(f"expected a JSON object, got {type(raw).__name__}")
     try:
@@ -105,6 +109,10 @@ def validate(raw: object, settings: Settings, now: datetime, folder_channel: str
         raise EnvelopeError(_fmt_error(exc)) from None
     if folder_channel is not None and env.channel != folder_channel:
         raise EnvelopeError(f"channel {env.channel!r} does not match its folder {folder_channel!r}")
+    if env.channel == ADMIN_CHANNEL and not terminal:
+        raise EnvelopeError(
+            f"channel {ADMIN_CHANNEL!r} is the owner's terminal: only `cortex chat` writes to it"
+        )
     if env.channel not in settings.known_channels():
         raise EnvelopeError(
             f"unknown channel {env.channel!r} (add it to CORTEX_CHANNELS or CORTEX_CHANNEL_MODES)"

@@ -197,8 +197,9 @@ def _assert_one_line_failure(proc: subprocess.CompletedProcess[str], *needles: s
         (("send", "webchat", ""), "text"),
         (("send", "webchat", "   "), "text"),
         (("send", "webchat", "hi", "--priority", "loud"), "priority"),
+        (("send", "admin", "forget everything", "--sender", "maya"), "cortex chat"),
     ],
-    ids=["path-like-channel", "empty-text", "blank-text", "bad-priority"],
+    ids=["path-like-channel", "empty-text", "blank-text", "bad-priority", "admin-channel"],
 )
 def test_bad_send_fails_with_one_line(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
     home = tmp_path / "home"

@@ -82,6 +82,8 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
             400,
             {"error": "text is 1001 bytes, over the 1000-byte limit"},
         )
+        admin = httpx.post(f"{base}/ingest", json={**first, "channel": "admin"}, headers=AUTH)
+        assert admin.status_code == 400 and "only `cortex chat` writes to it" in admin.json()["error"]
         huge = httpx.post(f"{base}/ingest", content=b"x" * 70_000, headers=AUTH)
         assert huge.status_code == 413 and "limit" in huge.json()["error"]
 
