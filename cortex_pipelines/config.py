@@ -3,6 +3,7 @@ $CORTEX_HOME/config.toml, validated up front so a typo fails with one line namin
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -432,6 +433,21 @@ def _describe(error: ValidationError) -> str:
     return f"{key}: {detail}"
 
 
+# CORTEX_* variables that are not settings: the home folder and the test clock (clock.py).
+OTHER_VARIABLES = frozenset({"CORTEX_HOME", "CORTEX_NOW"})
+
+
+def _setting_variables() -> frozenset[str]:
+    return frozenset(f"CORTEX_{name.upper()}" for name in Settings.model_fields)
+
+
+def _unknown_variable(name: str) -> str:
+    """A misspelt variable fails as a misspelt config.toml key does: silently ignored, it left the
+    default in force ("CORTEX_BRAIN_LINGER_SECOND=10" kept the 120 s linger)."""
+    near = difflib.get_close_matches(name, sorted(_setting_variables() | OTHER_VARIABLES), n=1)
+    return f"{name}: unknown setting" + (f" (did you mean {near[0]}?)" if near else "")
+
+
 def load_settings(home: str | os.PathLike[str] | None = None, **overrides: object) -> Settings:
     """Load and validate settings; raise ConfigError with a one-line reason on any bad value."""
     if home is not None:
@@ -449,6 +465,9 @@ def load_settings(home: str | os.PathLike[str] | None = None, **overrides: objec
         field = re.search(r'field "(\w+)"', str(exc))
         key = f"CORTEX_{field.group(1).upper()}" if field else "config"
         raise ConfigError(f"{key}: not valid JSON") from None
+    named = {key.upper() for key in os.environ if key.upper().startswith("CORTEX_")}  # any case, as read
+    if unknown := sorted(named - OTHER_VARIABLES - _setting_variables()):
+        raise ConfigError(_unknown_variable(unknown[0]))
     if settings.llm_provider == "anthropic" and not settings.resolved_api_key() and not (settings.base_url):
         raise ConfigError(
             "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) or CORTEX_BASE_URL"

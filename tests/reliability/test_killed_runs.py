@@ -5,7 +5,7 @@ memory), and a run worker of a real `cortex dev` is SIGKILLed mid-drain. A kille
 Dagster run record STARTED and its pool slot claimed; the next `cortex run`, or the `cortex dev`
 sensors, must notice the dead holder, fail its run, free its slot and answer the rest exactly once.
 
-CI makes 2 kills of `cortex run`; `pytest -m soak` makes 20 (or `CORTEX_KILLS=N` kills).
+CI makes 2 kills of `cortex run`; `pytest -m soak` makes 20 (or `CRASH_KILLS=N` kills).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.support.durability import assert_durable, fetch_all
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ["CRASH_SEED"])  # drawn once per test run in conftest.py
-KILLS = int(os.environ.get("CORTEX_KILLS", "2"))
+KILLS = int(os.environ.get("CRASH_KILLS", "2"))
 
 
 def _inbox_batch(home: Path, count: int, channel: str = "webchat") -> None:

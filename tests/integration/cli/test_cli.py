@@ -217,6 +217,13 @@ def test_unknown_channel_fails_with_one_line(tmp_path: Path) -> None:
     _assert_one_line_failure(proc, "nosuchchannel")  # ...but it is wrapped over two lines
 
 
+def test_a_misspelt_variable_fails_with_one_line_naming_it(tmp_path: Path) -> None:
+    """As a misspelt config.toml key does: ignored, it left the default in force unnoticed."""
+    home = tmp_path / "home"
+    proc = cortex("status", home=home, check=False, env={"CORTEX_BRAIN_LINGER_SECOND": "10"})
+    _assert_one_line_failure(proc, "CORTEX_BRAIN_LINGER_SECOND", "did you mean CORTEX_BRAIN_LINGER_SECONDS?")
+
+
 def test_bad_config_value_names_the_key(tmp_path: Path) -> None:
     home = tmp_path / "home"
     proc = cortex("status", home=home, check=False, env={"CORTEX_DEFAULT_MODE": "loud"})
