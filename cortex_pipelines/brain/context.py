@@ -9,8 +9,8 @@
 3 background: one line per other active conversation (at most N, then "+N more")
 4 archived: nothing
 
-Everything is read in the caller's one transaction: opening DuckDB costs ~25 ms, so the brain
-does its reads for a message in a single short connection.
+Everything is read in the caller's one transaction: each transaction takes the file from every
+other process (ATTACH and DETACH ~2 ms), so the brain does its reads for a message in a single one.
 """
 
 from __future__ import annotations
