@@ -791,7 +791,11 @@ def dev(
     )
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
+    # SIGTERM stops the children as Ctrl-C does. SIGINT's handler is installed again: a library
+    # (polars' runtime) replaces Python's with one that restarts the wait below, so a SIGINT sent to
+    # this process alone (a supervisor's, an IDE's) was never seen.
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.default_int_handler)
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,

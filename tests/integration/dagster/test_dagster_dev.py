@@ -4,6 +4,7 @@ that run lingers, the conversation's next messages are answered by it."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -39,7 +40,19 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
         status = json.loads(cli("status", "--json", env=env).stdout)
         assert status["bus"]["completed"] == 1
         assert (home / "dagster_home" / "dagster.yaml").exists()
+        # Stopped as a supervisor or an IDE stops it: SIGINT to its own pid, not its whole group.
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        wait_for(lambda: not _group_alive(proc.pid), 30, "every process of its group to end")
     assert proc.returncode in (0, 130, -signal.SIGINT), (tmp_path / "dev.log").read_text()[-3000:]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _replies(home) -> list[dict]:
