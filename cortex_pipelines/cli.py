@@ -736,6 +736,7 @@ def chat() -> None:
         f"Cortex admin chat on {settings.home} ({settings.llm_provider}). /help lists commands, /quit leaves."
     )
     while True:
+        _stop_on_sigint()  # the answer's queries may have replaced the handler
         try:
             line = input("you> ")
         except (EOFError, KeyboardInterrupt):
@@ -746,6 +747,13 @@ def chat() -> None:
         answer = session.handle(line)
         if answer:
             _say(f"cortex> {answer}")
+
+
+def _stop_on_sigint() -> None:
+    """Python's SIGINT handler, installed again: polars' runtime replaces it on its first query with
+    one that restarts an interrupted wait (a read of the terminal, a child's wait), so Ctrl-C was
+    seen only once that wait ended."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 PortOption = Annotated[int | None, typer.Option(help="gateway port (default CORTEX_GATEWAY_PORT, 7751)")]
@@ -791,11 +799,8 @@ def dev(
     )
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
-    # SIGTERM stops the children as Ctrl-C does. SIGINT's handler is installed again: a library
-    # (polars' runtime) replaces Python's with one that restarts the wait below, so a SIGINT sent to
-    # this process alone (a supervisor's, an IDE's) was never seen.
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
+    _stop_on_sigint()  # a SIGINT sent to this process alone (a supervisor's, an IDE's) too
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,

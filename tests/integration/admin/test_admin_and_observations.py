@@ -3,12 +3,14 @@ and the issue's end-to-end reminder: send, run, move the clock, the reminder is 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import select
 import socket
 import subprocess
+import termios
 import threading
 import time
 from datetime import datetime, timedelta
@@ -41,13 +43,26 @@ def _remember_window_seats(settings, db) -> None:
     extract_new_facts(db, vector_store(settings.paths.lance), _embedder(settings), settings, None)
 
 
+def _own_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is the pseudo-terminal, so the
+    terminal turns Ctrl-C into SIGINT as a real one does."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 class Terminal:
     """`cortex chat` on a pseudo-terminal, as a user at a keyboard would run it."""
 
     def __init__(self, home: Path):
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            cli_argv("chat"), stdin=slave, stdout=slave, stderr=slave, env=cli_env(home), cwd=home.parent
+            cli_argv("chat"),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=cli_env(home),
+            cwd=home.parent,
+            preexec_fn=_own_terminal,
         )
         os.close(slave)
         self.seen = ""
@@ -70,6 +85,9 @@ class Terminal:
 
     def type(self, line: str) -> None:
         os.write(self.master, (line + "\n").encode())
+
+    def interrupt(self) -> None:
+        os.write(self.master, b"\x03")  # Ctrl-C: the terminal sends SIGINT
 
     def close(self) -> int:
         try:
@@ -101,6 +119,21 @@ def test_cortex_chat_answers_slash_recall_and_a_plain_question_on_a_terminal(set
     rows = db.query("SELECT channel, sender, state FROM bus WHERE channel = 'admin'")
     assert rows == [("admin", "owner", "completed")]
     assert not (settings.paths.outbox / "admin").exists()
+
+
+def test_ctrl_c_leaves_cortex_chat_after_an_answer(settings):
+    """Answering runs queries whose library (polars) replaced Python's SIGINT handler with one that
+    restarts the terminal's read: Ctrl-C at the next prompt did nothing until Enter."""
+    term = Terminal(settings.home)
+    try:
+        term.expect("you> ")
+        term.type("I prefer window seats on long flights.")
+        term.expect("cortex> ")
+        term.expect("you> ")
+        term.interrupt()
+        assert term.close() == 0
+    finally:
+        term.proc.kill()
 
 
 def test_admin_chat_waits_for_a_running_drainer_instead_of_competing(settings, db):
