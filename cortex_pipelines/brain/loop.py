@@ -238,25 +238,34 @@ class Brain:
     def _recall(self, msg: BusMessage, context: Context, query_vector: np.ndarray | None) -> list[Hit]:
         """Auto-recall: the memories most relevant to the message go into its context, so the model
         sees what the user said a minute ago without asking. Strangers get none: they would be
-        shown the owner's memories. Returns the ranked hits (the context shows the new ones)."""
+        shown the owner's memories. Returns the ranked hits the model answers from: those of the
+        context, which leaves out the foreground the model reads; for a model that reads no
+        conversation (the offline provider), those found with the foreground in ("I'm allergic to
+        penicillin", then "which medicines must I avoid?" two messages later)."""
         if not self.settings.recall_in_context or not speaks_for_owner(self.settings, msg):
             return []
+        query = recall_query(msg.text)
         try:
-            hits = recall(
-                self.db,
-                self.settings,
-                recall_query(msg.text),
-                k=self.settings.recall_in_context,
-                exclude_sources={context.session_id, *context.foreground_ids},
-                query_vector=query_vector,
-            )
+            hits = self._owners_memories(query, {context.session_id, *context.foreground_ids}, query_vector)
+            context.add_recalled(hits, self.settings.recall_context_tokens)
+            if not self.llm.reads_conversation:
+                hits = self._owners_memories(query, {context.session_id}, query_vector)
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id} answered without recalled memories ({exc})")
             return []
-        # A stranger's words are theirs, never "what the user said before".
-        hits = [h for h in hits if h.fact_id is not None or self.settings.is_owner(h.channel or "", h.sender)]
-        context.add_recalled(hits, self.settings.recall_context_tokens)
         return hits
+
+    def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
+        hits = recall(
+            self.db,
+            self.settings,
+            query,
+            k=self.settings.recall_in_context,
+            exclude_sources=exclude,
+            query_vector=query_vector,
+        )
+        # A stranger's words are theirs, never "what the user said before".
+        return [h for h in hits if h.fact_id is not None or self.settings.is_owner(h.channel or "", h.sender)]
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:
         """Knowledge updates, at write time so the next message sees them: an owner statement that

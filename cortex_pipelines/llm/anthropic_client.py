@@ -12,6 +12,7 @@ from cortex_pipelines.llm.base import LLMError, LLMRequest, LLMResponse, ToolCal
 
 class AnthropicClient:
     provider = "anthropic"
+    reads_conversation = True
 
     def __init__(
         self,

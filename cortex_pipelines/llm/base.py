@@ -72,6 +72,9 @@ class LLMResponse:
 class LLMClient(Protocol):
     provider: str
     model: str
+    # Whether the model reads the conversation it is sent. The offline provider does not: it answers
+    # from recalled memories alone, so they must include what the foreground already shows.
+    reads_conversation: bool
 
     def complete(self, request: LLMRequest) -> LLMResponse: ...
 

@@ -29,6 +29,7 @@ _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]
 
 class OfflineClient:
     provider = "offline"
+    reads_conversation = False
     model = "cortex-offline-1"
 
     def complete(self, request: LLMRequest) -> LLMResponse:

@@ -144,6 +144,7 @@ class CountingClient:
     def __init__(self, inner, state: dict, kill_point: str, n: int, call: int):
         self.inner = inner
         self.provider, self.model = inner.provider, inner.model
+        self.reads_conversation = inner.reads_conversation
         self.state, self.kill_point, self.n, self.call = state, kill_point, n, call
         self.calls = 0
 

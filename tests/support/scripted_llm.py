@@ -13,6 +13,7 @@ Step = str | ToolCall | Exception | Callable[[LLMRequest], "LLMResponse | str"]
 
 class ScriptedClient:
     provider = "scripted"
+    reads_conversation = True
     model = "scripted"
 
     def __init__(self, *steps: Step, default: str = "NO_REPLY"):

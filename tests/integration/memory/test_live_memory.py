@@ -20,6 +20,7 @@ from cortex_pipelines.memory.pipeline import index_episodes
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.text import is_question
+from tests.support.cli import cortex
 
 # Each statement and its question share no content word: only meaning connects them.
 PAIRS = [
@@ -69,6 +70,26 @@ def test_a_paraphrase_said_a_minute_ago_is_in_the_reply_of_the_same_cortex_run(t
         assert term in reply, (question, reply)
         for other in questions:
             assert other not in reply, (question, reply)
+
+
+@pytest.mark.slow
+def test_the_offline_reply_answers_from_what_the_foreground_holds(tmp_path):
+    """The offline provider reads no conversation: it answers from recalled memories, which must
+    then include the foreground that the context leaves out of its recalled block. Before, told
+    four things and asked about the dentist in the next run, it quoted "I'm vegetarian"."""
+    home = tmp_path / "home"
+    for said in (
+        "I'm vegetarian",
+        "I prefer window seats on long flights",
+        "I'm allergic to penicillin",
+        "My dentist is Dr. Okafor on Elm Street",
+    ):
+        cortex("send", "webchat", said, "--sender", "maya", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "Who takes care of my teeth?", "--sender", "maya", home=home)
+    cortex("run", home=home)
+    replies = json.loads(cortex("outbox", "--json", home=home).stdout)
+    assert "Dr. Okafor" in replies[-1]["text"].split("\n")[1], replies[-1]["text"]
 
 
 def test_no_turn_is_embedded_twice_and_indexing_keeps_the_brains_vectors(settings, db, tmp_path):
