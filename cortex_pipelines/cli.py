@@ -635,7 +635,7 @@ def erase(
             "--message",
             metavar="ID",
             help="a message by its bus id: the #N of `cortex run`, `cortex outbox` (← #N) and "
-            "`cortex retry` (repeatable); erased at once",
+            "`cortex retry`, not the msg N of replies and files (that is a turn: --turn) (repeatable)",
         ),
     ] = None,
     turn: Annotated[
@@ -643,8 +643,8 @@ def erase(
         typer.Option(
             "--turn",
             metavar="ID",
-            help="a message by a turn id, as `cortex recall` lists them (messages [N]) (repeatable); "
-            "erased at once",
+            help="a message by a turn id, as `cortex recall` (messages [N]), replies and published "
+            "files (msg N) show them (repeatable)",
         ),
     ] = None,
     matching: Annotated[
@@ -667,7 +667,7 @@ def erase(
     ] = False,
     yes: Annotated[
         bool,
-        typer.Option("--yes", help="erase what the filters or --expired select (else: list it)"),
+        typer.Option("--yes", help="erase what is selected (else: list it, with bus and turn ids)"),
     ] = False,
     finish: Annotated[
         bool, typer.Option("--finish", help="complete erasures whose database file was kept busy")
@@ -677,7 +677,8 @@ def erase(
     """Erase messages, with the replies to them and everything derived from them, from every store:
     DuckDB (and its backups), LanceDB, recall snapshots, published files, outbox, inbox archives and
     Dagster's run storage. Not reversible; an audit row keeps the ids and counts, never the text.
-    --matching, --sender and --before combine as filters and only list what they select until --yes."""
+    --matching, --sender and --before combine as filters; whatever selects, nothing goes until --yes
+    (two id spaces, bus and turn, made an erasure by the wrong one too easy)."""
     from cortex_pipelines.admin import erase as eraser
 
     settings = _ready()
@@ -704,8 +705,7 @@ def erase(
             result = eraser.expire(settings, apply=yes)
         else:
             selected = eraser.selector(message, turn, matching, sender, before)
-            listing_only = not (message or turn or yes)
-            result = eraser.preview(settings, selected) if listing_only else eraser.erase(settings, selected)
+            result = eraser.erase(settings, selected) if yes else eraser.preview(settings, selected)
     except eraser.EraseError as exc:
         _fail(str(exc), code=1 if isinstance(exc, eraser.Busy) else 2)
     for warning in result.warnings:

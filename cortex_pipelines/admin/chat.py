@@ -284,10 +284,7 @@ class AdminChat:
                 ids.append(int(word))  # a ValueError says "wrong arguments"
         try:
             chosen = eraser.selector(ids, turns, **named)
-            listing_only = not (ids or turns or yes)
-            result = (
-                eraser.preview(self.settings, chosen) if listing_only else eraser.erase(self.settings, chosen)
-            )
+            result = eraser.erase(self.settings, chosen) if yes else eraser.preview(self.settings, chosen)
         except eraser.EraseError as exc:
             return str(exc)
         return "\n".join([*result.lines(), *(f"warning: {w}" for w in result.warnings)])

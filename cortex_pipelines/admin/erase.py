@@ -64,7 +64,9 @@ class Erasure:
         """The erasure as the CLI and the admin chat say it: a line per message, then the outcome."""
         said = []
         for m in self.messages:
-            ref = f"#{m['id']}" if m["id"] is not None else f"turn {m['turn']}"
+            ref = f"turn {m['turn']}" if m["id"] is None else f"#{m['id']}"
+            if m["id"] is not None and m["turn"] is not None:
+                ref += f" (turn {m['turn']})"
             pulled = "  (its reply quotes erased text)" if m["pulled_in"] else ""
             said.append(f"{ref} {m['channel']} {m['sender'] or '?'} {m['sent_at'][:16]}: {m['text']}{pulled}")
         if not self.messages:

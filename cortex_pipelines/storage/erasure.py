@@ -77,8 +77,11 @@ def unknown_ids(con, bus_ids: list[int], session_ids: list[int]) -> list[str]:
     ]
 
 
+# A bus message's turn is the one that records it (its reply's follows): the "msg N" replies cite.
 _LISTING = """
-    SELECT id, NULL::BIGINT AS turn, channel, sender, text, sent_at AS said_at FROM bus WHERE {bus}
+    SELECT id, (SELECT min(s.id) FROM session s WHERE s.bus_id = bus.id) AS turn, channel, sender, text,
+        sent_at AS said_at
+    FROM bus WHERE {bus}
     UNION ALL
     SELECT NULL::BIGINT, id, channel, sender, content, ts FROM session WHERE bus_id IS NULL AND {notes}
     ORDER BY said_at, id, turn

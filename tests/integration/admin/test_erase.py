@@ -89,6 +89,21 @@ def test_erased_text_is_in_no_file_under_cortex_home(tmp_path: Path) -> None:
     assert cortex("doctor", home=home).returncode == 0
 
 
+def test_erasing_by_id_lists_with_both_ids_until_yes(tmp_path: Path) -> None:
+    """Replies and files cite turns ("msg 4"), `--message` takes bus ids: a user who erased by the
+    wrong one lost another message for good. Now an id only lists, with its bus and turn ids."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "I prefer window seats", "--sender", "maya", home=home)
+    cortex("send", "webchat", "My bank PIN is 4417", "--sender", "maya", home=home)
+    cortex("run", home=home)
+    listed = cortex("erase", "--message", "2", home=home).stdout
+    assert "#2 (turn 3) webchat maya" in listed and "My bank PIN is 4417" in listed
+    assert "nothing erased; add --yes" in listed
+    assert read_only(home, "SELECT count(*) FROM bus")[0][0] == 2
+    cortex("erase", "--turn", "3", "--yes", home=home)
+    assert read_only(home, "SELECT text FROM bus") == [("I prefer window seats",)]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -175,12 +190,14 @@ def test_a_fact_with_two_sources_loses_only_the_erased_one(settings, db) -> None
 
 
 def test_admin_chat_lists_then_erases(settings, db) -> None:
-    (b1, _), _ = _history(settings, db, "My locker code is 9931-QPX", "I like green tea")
+    (b1, s1), _ = _history(settings, db, "My locker code is 9931-QPX", "I like green tea")
     chat = AdminChat(settings, OfflineClient())
     listed = chat.handle("/erase --matching 9931-qpx")
-    assert f"#{b1} webchat maya" in listed and "nothing erased; add --yes" in listed
+    assert f"#{b1} (turn {s1}) webchat maya" in listed and "nothing erased; add --yes" in listed
     assert chat.handle("/erase --before 2026-99-01").startswith("--before")
-    assert "as erasure #1" in chat.handle(f"/erase {b1}")
+    assert "nothing erased; add --yes" in chat.handle(f"/erase {b1}")  # an id lists too
+    assert db.query("SELECT count(*) FROM bus")[0][0] == 2
+    assert "as erasure #1" in chat.handle(f"/erase {b1} --yes")
     assert db.query("SELECT text FROM bus") == [("I like green tea",)]
 
 
