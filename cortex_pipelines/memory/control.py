@@ -11,6 +11,7 @@ storage.facts.CATEGORIES, the first one the primary (the bulletin's section).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -23,10 +24,13 @@ from cortex_pipelines.memory.maintenance import similar_pairs
 from cortex_pipelines.memory.patterns import classify
 from cortex_pipelines.memory.pipeline import save_fact, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
+from cortex_pipelines.publish import bulletin
 from cortex_pipelines.storage import Database, facts, session, utcnow
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
 from cortex_pipelines.text import is_question
+
+log = logging.getLogger(__name__)
 
 MIN_TEXT, MAX_TEXT = 3, 2000
 MAX_LABEL = 40
@@ -232,6 +236,7 @@ def forget(
     if not db.run(facts.forget, fact_id, why):
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
+    _bulletin_now(db, settings)
     return Forgotten(fact_id, True)
 
 
@@ -243,7 +248,14 @@ def unforget(
     if not db.run(facts.unforget, fact_id, why):
         raise ControlError(f"no forgotten fact {fact_id}")
     _keep_in_step(db, settings)
+    _bulletin_now(db, settings)
     return Forgotten(fact_id, False)
+
+
+def _bulletin_now(db: Database, settings: Settings) -> None:
+    """Every prompt carries the bulletin: a forgotten fact must leave it now, not at the next
+    hourly refresh. The typed render, without a model call; the next refresh writes prose again."""
+    bulletin.refresh(db, settings, None, log.warning)
 
 
 # -- duplicates ----------------------------------------------------------------------------------

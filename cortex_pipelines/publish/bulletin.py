@@ -100,7 +100,10 @@ def refresh(
     previous bulletin stays."""
     rows = db.run(bulletin_facts)
     typed = render_typed(rows, settings.bulletin_words)
-    key = digest([typed, settings.llm_provider, settings.extraction_model, settings.bulletin_words])
+    # A typed render published without the model (after a forget) has a key of its own, so the
+    # next refresh with the model writes prose again.
+    author = settings.llm_provider if llm is not None else "typed"
+    key = digest([typed, author, settings.extraction_model, settings.bulletin_words])
     path = settings.paths.memory_bulletin
     before = db.run(published_row, BULLETIN)
     if before is None or before["state"] == "cold":

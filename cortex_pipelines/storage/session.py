@@ -107,11 +107,19 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
 
 
 def conversation_history(con, conversation: str, limit: int, before_id: int | None = None) -> list[Turn]:
-    """The newest `limit` turns of one conversation, oldest first."""
+    """The newest `limit` turns of one conversation, oldest first, as the model reads them: without
+    the exchanges of a fact the user asked to forget (its message and the reply to it), which the
+    model would otherwise answer from for as long as they stay among the latest turns."""
     rows = con.execute(
         f"""
+        WITH forgotten AS (SELECT DISTINCT unnest(sources) AS id FROM facts WHERE status = 'forgotten'),
+        forgotten_exchanges AS (
+            SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN (SELECT id FROM forgotten)
+        )
         SELECT {_TURN_COLUMNS} FROM session
         WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?)
+            AND id NOT IN (SELECT id FROM forgotten)
+            AND (bus_id IS NULL OR bus_id NOT IN (SELECT bus_id FROM forgotten_exchanges))
         ORDER BY ts DESC, id DESC LIMIT ?
         """,
         [conversation, before_id, before_id, limit],

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from tests.support.cli import cortex
+from tests.support.messages_server import MessagesServer
+from tests.support.messages_server import text as reply_text
 
 
 def _json(proc) -> list[dict]:
@@ -43,3 +45,38 @@ def test_forget_hides_the_fact_and_the_turn_it_came_from_and_unforget_brings_bot
     back = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
     assert any(h.get("fact_id") == fact_id for h in back), back
     assert cortex("unforget", str(fact_id), home=home, check=False).returncode != 0  # already active
+
+
+@pytest.mark.slow
+def test_a_forgotten_exchange_leaves_the_conversation_the_model_reads(tmp_path):
+    """The model reads the conversation's latest turns besides recalled memories: a forgotten fact's
+    message, and the reply to it, must leave those too, or the model answers from them for the
+    next several exchanges. The real anthropic SDK against the local Messages server."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "Remember that my locker code is 4417.", home=home)
+    cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
+    cortex("run", home=home)
+    found = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
+    cortex(
+        "forget",
+        str(next(h["fact_id"] for h in found if "4417" in h["text"] and h.get("fact_id"))),
+        home=home,
+    )
+
+    with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
+        env = {
+            "CORTEX_LLM_PROVIDER": "anthropic",
+            "CORTEX_BASE_URL": server.url,
+            "CORTEX_API_KEY": "test-key",
+            "CORTEX_MODEL": "claude-test",
+        }
+        cortex("send", "webchat", "what is my locker code?", home=home)
+        cortex("run", home=home, env=env)
+        (asked,) = [  # the brain's call (with tools), not the extraction's, which reads turns anew
+            r
+            for r in server.requests
+            if r.get("tools") and "what is my locker code?" in json.dumps(r["messages"])
+        ]
+    said = json.dumps(asked)
+    assert "4417" not in said
+    assert "window seats" in said  # the rest of the conversation stays
