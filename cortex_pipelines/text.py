@@ -113,6 +113,25 @@ QUESTION = re.compile(
 )
 
 
+# A request to forget restates what it asks to drop ("Please forget that my sister lives in Vienna"):
+# like a question, it is never an answer nor a fact. Not "Don't forget …", which asks to remember.
+FORGET_REQUEST = re.compile(
+    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
+    r"(?:forget|unlearn|stop remembering|don'?t remember|do not remember)\b",
+    re.I,
+)
+
+
+def asks_to_forget(text: str) -> bool:
+    return bool(FORGET_REQUEST.match(text))
+
+
+def never_an_answer(text: str) -> bool:
+    """A turn recall never offers as a memory and extraction never takes a fact from: a question,
+    or a request to forget."""
+    return is_question(text) or asks_to_forget(text)
+
+
 def is_question(text: str) -> bool:
     """Whether every sentence of a turn ends with a question mark: such a turn is never an answer,
     so recall never offers it as a memory. Only the mark counts here: "May 3rd is my birthday." and

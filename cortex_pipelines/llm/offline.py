@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.proactive import english
-from cortex_pipelines.text import QUESTION
+from cortex_pipelines.text import QUESTION, asks_to_forget
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
@@ -21,6 +21,11 @@ _DELEGATE = re.compile(
     r"\b(can|could|would) you\b.*\b(research|look into|find out|compare|investigate|look up)\b"
     r"|^\s*please (research|look into|find out|compare|investigate|look up)\b",
     re.I | re.S,
+)
+# The offline provider cannot tell which fact a request to forget means: it says how, not "Noted."
+_CANNOT_FORGET = (
+    "I can't forget from a chat message without a model. Find the fact with `cortex recall \"...\"`, "
+    "then run `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`)."
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
 _LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
@@ -64,6 +69,8 @@ class OfflineClient:
             return _reply(request, "NO_REPLY")
         if _DELEGATE.search(text) and "sessions_spawn" in tools:
             return _tool(request, "sessions_spawn", {"task": text.strip()})
+        if asks_to_forget(text):
+            return _reply(request, _CANNOT_FORGET)
         if QUESTION.search(text) and hints.get("recalled"):
             return _reply(request, _answer(hints["recalled"]))  # the context's recalled memories
         if QUESTION.search(text) and "memory_query" in tools:

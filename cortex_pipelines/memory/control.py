@@ -28,7 +28,7 @@ from cortex_pipelines.publish import bulletin
 from cortex_pipelines.storage import Database, facts, session, utcnow
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
-from cortex_pipelines.text import is_question
+from cortex_pipelines.text import never_an_answer
 
 log = logging.getLogger(__name__)
 
@@ -535,7 +535,7 @@ def recent(
         said = turn["content"]
         if (
             turn["id"] in hidden
-            or is_question(said)
+            or never_an_answer(said)
             or not settings.is_owner(turn["channel"], turn["sender"])
         ):
             continue

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
-from cortex_pipelines.text import is_question, normalize, own_text, split_sentences
+from cortex_pipelines.text import never_an_answer, normalize, own_text, split_sentences
 from cortex_pipelines.turn import Turn
 
 SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
@@ -99,7 +99,7 @@ def _statements(turn: Turn, injected: InjectedText) -> list[str]:
     return [
         s
         for s in sentences(turn.content)
-        if _MIN_CHARS <= len(s) <= _MAX_CHARS and not injected.contains(s) and not is_question(s)
+        if _MIN_CHARS <= len(s) <= _MAX_CHARS and not injected.contains(s) and not never_an_answer(s)
     ]
 
 
@@ -179,7 +179,7 @@ def parse_llm_facts(
         except ValidationError:
             continue
         sources = tuple(sorted({i for i in fact.source_ids if i in by_id}))
-        if not sources or injected.contains(fact.text) or is_question(fact.text):
+        if not sources or injected.contains(fact.text) or never_an_answer(fact.text):
             continue
         category = fact.category if fact.category in CATEGORIES else "fact"
         channels = tuple(sorted({by_id[i].channel for i in sources}))

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.snapshot import STOP_WORDS, Snapshot, tokenize
-from cortex_pipelines.text import is_question
+from cortex_pipelines.text import never_an_answer
 
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
@@ -89,7 +89,7 @@ def add_ranked(
     elif closeness and results:
         # Against the best hit that can be an answer: the user's own question (never returned)
         # sits at ~0.9 to a query repeating it and shrank every statement's share to a fifth.
-        answers = [row["_cosine"] for row in results if not is_question(row["text"])]
+        answers = [row["_cosine"] for row in results if not never_an_answer(row["text"])]
         floor, best = config.min_cosine, max(answers, default=results[0]["_cosine"])
         coverage = [max(0.0, row["_cosine"] - floor) / max(best - floor, 1e-6) for row in results]
     for rank, (row, share) in enumerate(zip(results, coverage, strict=True)):

@@ -41,7 +41,7 @@ from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
-from cortex_pipelines.text import QUESTION, is_question, split_sentences
+from cortex_pipelines.text import QUESTION, never_an_answer, split_sentences
 
 log = logging.getLogger(__name__)
 _unreadable_warned: set[str] = set()
@@ -237,7 +237,7 @@ def recall(
     lifted = with_session(episodes, with_neighbours(episodes, config), config)
     for turn_id, fused in lifted.items():
         row = episodes[turn_id].row
-        if is_question(row["text"]):
+        if never_an_answer(row["text"]):
             continue  # the user's own questions lift their neighbours but are never an answer
         score = weighted(fused, row["stated_at"], 1.0, 0, 1.0, settings.recency_half_life_hours, now)
         hits.append(

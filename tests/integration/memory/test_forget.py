@@ -80,3 +80,21 @@ def test_a_forgotten_exchange_leaves_the_conversation_the_model_reads(tmp_path):
     said = json.dumps(asked)
     assert "4417" not in said
     assert "window seats" in said  # the rest of the conversation stays
+
+
+@pytest.mark.slow
+def test_asking_the_offline_brain_to_forget_says_how_and_is_never_a_memory(tmp_path):
+    """A request to forget restates what it asks to drop. Offline, it was answered "Noted." and then
+    came back first for "Where does my sister live?"; now the reply says how to forget, and the
+    request is neither recalled nor made a fact."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "My sister lives in Vienna.", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "Please forget that my sister lives in Vienna.", home=home)
+    cortex("run", home=home)
+    reply = _json(cortex("outbox", "--json", home=home))[-1]["text"]
+    assert "cortex forget FACT_ID" in reply, reply
+    hits = _json(cortex("recall", "Where does my sister live?", "-k", "5", "--json", home=home))
+    assert hits and not [h for h in hits if "forget" in h["text"].lower()], hits
+    stats = _json(cortex("recent", "--json", home=home))
+    assert not [f for f in stats if "forget" in f["text"].lower()], stats
