@@ -308,6 +308,10 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         return
     _say(f"home     {state['home']}")
     out.print("bus      " + "  ".join(f"{k} {v}" for k, v in state["bus"].items()))
+    if state["inbox_rejected"]:
+        out.print(
+            f"inbox    {state['inbox_rejected']} file(s) rejected: see the .error notes in inbox/.rejected/"
+        )
     out.print("channels " + "  ".join(f"{k}:{v}" for k, v in state["channels"].items()))
     talked = state["conversations"]
     layers = f"foreground {talked['foreground']}, background {talked['background']}"
@@ -917,6 +921,9 @@ def doctor(
     repair_vectors: Annotated[
         bool, typer.Option("--repair-vectors", help="rebuild LanceDB from DuckDB (re-embeds everything)")
     ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="with --restore: restore over a database that reads whole")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check every store; say what is damaged and the command that repairs it (exit 1 if anything is)."""
@@ -924,6 +931,8 @@ def doctor(
     progress = err if as_json else out
     if backup is not None and not restore:
         _fail("a BACKUP goes with --restore")
+    if restore and not yes and checkup.database_whole(settings):
+        _fail("the database reads whole: a restore would roll back what was said since the backup; add --yes")
     if restore:
         try:
             source, kept = checkup.restore(settings, backup)

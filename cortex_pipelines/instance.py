@@ -11,6 +11,7 @@ import tomlkit  # edits config.toml without losing comments
 from cortex_pipelines import delivery
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.llm import cost
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
@@ -76,6 +77,7 @@ def status(settings: Settings) -> dict:
     return {
         "home": str(settings.home),
         "bus": db.run(bus.counts),
+        "inbox_rejected": rejected_files(settings.paths),
         "channels": {name: settings.mode_for(name) for name in channels},
         "conversations": talked,
         "outbox": delivery.counts(db, settings),

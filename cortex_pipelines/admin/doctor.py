@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 
 from cortex_pipelines.config import Paths, Settings
+from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
@@ -203,7 +204,9 @@ def _inbox(paths: Paths) -> Check:
             f"{len(unreadable)} unreadable: {shown}",
             "fix their permissions or move them out",
         )
-    return Check("inbox", paths.inbox, True, f"{paths.inbox}: readable")
+    rejected = rejected_files(paths)
+    aside = f"; {rejected} file(s) rejected, see the .error notes in {paths.rejected}" if rejected else ""
+    return Check("inbox", paths.inbox, True, f"{paths.inbox}: readable{aside}")
 
 
 def _writable(store: str, folder: Path) -> Check:
@@ -253,6 +256,12 @@ def check_all(settings: Settings) -> list[Check]:
         _disk(paths),
         _dagster_home(paths),
     ]
+
+
+def database_whole(settings: Settings) -> bool:
+    """Whether the DuckDB file reads whole at the current schema: restoring over it then rolls back
+    what was said since the backup, which must be asked for."""
+    return _duckdb(settings.paths)[0].ok
 
 
 def restore(settings: Settings, chosen: str | None) -> tuple[Path, Path | None]:

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cortex_pipelines import clock
-from cortex_pipelines.config import Settings
+from cortex_pipelines.config import Paths, Settings
 from cortex_pipelines.files import NAME_MAX, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.storage import Database
@@ -354,6 +354,12 @@ def ingest_path(path: Path, settings: Settings, db: Database, history: bool = Fa
             result = db.run(enqueue_rows, rows, f"import:{printable(file.name)}")
         outcome.accepted, outcome.duplicates = len(result.inserted), result.duplicates
     return report
+
+
+def rejected_files(paths: Paths) -> int:
+    """Inbox entries set aside as bad, each with its one-line `.error` note beside it, which no
+    connector hears of: `cortex status` and `cortex doctor` count them."""
+    return sum(1 for _ in paths.rejected.glob("*/*.error")) if paths.rejected.is_dir() else 0
 
 
 def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -> tuple[int, bool]:

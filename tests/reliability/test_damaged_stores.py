@@ -128,6 +128,19 @@ def test_a_zeroed_duckdb_file_is_one_line_for_every_command_and_doctor_restores_
     assert after["bus"] == before["bus"] and after["memory"] == before["memory"]
 
 
+def test_restore_over_a_whole_database_asks_for_yes(home):
+    """On a database that reads whole, a restore rolls back what was said since the backup: it
+    did so unasked, and named the healthy file "damaged"."""
+    cortex("send", "webchat", "A message newer than the backup.", home=home)
+    cortex("run", home=home)
+    before = json.loads(cortex("status", "--json", home=home).stdout)["bus"]
+    _one_line(cortex("doctor", "--restore", home=home), "reads whole", "--yes")
+    assert json.loads(cortex("status", "--json", home=home).stdout)["bus"] == before
+    assert not list(home.glob("cortex.duckdb.damaged-*"))
+    assert cortex("doctor", "--restore", "--yes", home=home).returncode == 0
+    assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["completed"] < before["completed"]
+
+
 def test_restore_refuses_while_another_process_holds_the_database(home):
     with held_by_another_process(Paths(home).db):
         proc = cortex("doctor", "--restore", home=home)

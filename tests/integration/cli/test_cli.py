@@ -129,6 +129,10 @@ def test_acceptance_scenario(scenario: dict) -> None:
     assert "JSON" in note
     assert "bad.json" in scenario["run"].stderr
     assert inbox_files(home) == []
+    # ...and `cortex status` and `cortex doctor` keep saying so: no connector hears of it.
+    assert state["inbox_rejected"] == 1
+    assert "inbox    1 file(s) rejected" in cortex("status", home=home).stdout
+    assert "1 file(s) rejected" in cortex("doctor", home=home).stdout
 
     # Three replies waiting, the urgent one first.
     replies = scenario["outbox"]
