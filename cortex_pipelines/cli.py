@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import textwrap
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import resources
@@ -384,6 +385,8 @@ def outbox_cmd(
 ) -> None:
     """Replies waiting for delivery (leased ones included), and how many were dead-lettered."""
     settings = _ready()
+    if channel is not None and channel not in settings.known_channels():
+        _fail(f"unknown channel {channel!r}")
     db = Database(settings.paths.db)
     if requeue_dead:
         requeued = delivery.requeue_dead(db, settings, None)
@@ -421,6 +424,9 @@ def retry(
     out.print(f"requeued {len(ids)} message(s): {', '.join(map(str, ids))}")
 
 
+RECALL_SHOWN_CHARS = 300  # a pasted 64 KiB message filled the terminal
+
+
 @app.command()
 def recall(
     query: str,
@@ -439,7 +445,8 @@ def recall(
         return
     for n, hit in enumerate(hits, 1):
         ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
-        _say(f"{n}. [{hit.tier}] {hit.text}")
+        shown = textwrap.shorten(hit.text, RECALL_SHOWN_CHARS, placeholder=" …")  # --json: whole
+        _say(f"{n}. [{hit.tier}] {shown}")
         _say(f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}")
     if not hits:
         out.print("nothing found")
@@ -451,7 +458,7 @@ CategoryOption = Annotated[
     typer.Option("--category", "-c", help=f"repeatable; the first is the primary: {', '.join(CATEGORIES)}"),
 ]
 ImportanceOption = Annotated[
-    float | None, typer.Option("--importance", "-i", help="1 routine, 2 useful, 3 critical")
+    int | None, typer.Option("--importance", "-i", min=1, max=3, help="1 routine, 2 useful, 3 critical")
 ]
 JsonOption = Annotated[bool, typer.Option("--json")]
 
@@ -760,12 +767,14 @@ def _stop_on_sigint() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-PortOption = Annotated[int | None, typer.Option(help="gateway port (default CORTEX_GATEWAY_PORT, 7751)")]
+PortOption = Annotated[
+    int | None, typer.Option(min=1, max=65535, help="gateway port (default CORTEX_GATEWAY_PORT, 7751)")
+]
 
 
 @app.command()
 def dev(
-    port: Annotated[int, typer.Option(help="port for the UI")] = 3000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port for the UI")] = 3000,
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     gateway_port: PortOption = None,
 ) -> None:

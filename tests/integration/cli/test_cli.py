@@ -228,6 +228,35 @@ def test_a_misspelt_variable_fails_with_one_line_naming_it(tmp_path: Path) -> No
     _assert_one_line_failure(proc, "CORTEX_BRAIN_LINGER_SECOND", "did you mean CORTEX_BRAIN_LINGER_SECONDS?")
 
 
+def test_outbox_of_an_unknown_channel_fails_with_one_line(tmp_path: Path) -> None:
+    """It said "outbox is empty" and exited 0: a typo looked like no replies."""
+    proc = cortex("outbox", "webchta", home=tmp_path / "home", check=False)
+    _assert_one_line_failure(proc, "unknown channel 'webchta'")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(("dev", "--port", "99999"), "65535"), (("save", "I like tea", "-i", "2.5"), "integer")],
+    ids=["port-out-of-range", "importance-not-1-2-3"],
+)
+def test_out_of_range_options_are_refused_before_anything_runs(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    proc = cortex(*args, home=tmp_path / "home", check=False)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+
+
+def test_recall_shows_a_long_memory_shortened(tmp_path: Path) -> None:
+    """A pasted 10,000-character message filled the terminal; --json still has it whole."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "budget " * 1500, home=home)
+    cortex("run", home=home)
+    first = cortex("recall", "budget", home=home).stdout.splitlines()[0]
+    assert first.startswith("1. [") and first.endswith("…") and len(first) < 320, first
+    whole = json.loads(cortex("recall", "budget", "--json", home=home).stdout)[0]["text"]
+    assert len(whole) > 10_000
+
+
 def test_bad_config_value_names_the_key(tmp_path: Path) -> None:
     home = tmp_path / "home"
     proc = cortex("status", home=home, check=False, env={"CORTEX_DEFAULT_MODE": "loud"})
