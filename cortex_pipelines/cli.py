@@ -458,7 +458,7 @@ CategoryOption = Annotated[
     typer.Option("--category", "-c", help=f"repeatable; the first is the primary: {', '.join(CATEGORIES)}"),
 ]
 ImportanceOption = Annotated[
-    int | None, typer.Option("--importance", "-i", min=1, max=3, help="1 routine, 2 useful, 3 critical")
+    int | None, typer.Option("--importance", "-i", help="1 routine, 2 useful, 3 critical")
 ]
 JsonOption = Annotated[bool, typer.Option("--json")]
 
