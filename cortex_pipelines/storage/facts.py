@@ -13,6 +13,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cortex_pipelines.storage import summaries
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
@@ -172,13 +173,16 @@ def update(con, fact_id: int, importance: float | None, categories: list[str] | 
 
 
 def forget(con, fact_id: int, reason: str) -> bool:
+    """The fact stops being used, and so do the turns it came from: recall, the conversation the
+    model reads (session.NOT_FORGOTTEN) and the summaries written from them."""
     row = con.execute(
         "UPDATE facts SET status = 'forgotten', updated_at = ? WHERE id = ? AND status = 'active' "
-        "RETURNING id",
+        "RETURNING sources",
         [utcnow(), fact_id],
     ).fetchone()
     if row:
         _audit(con, fact_id, "forgotten", reason=reason)
+        summaries.drop_for_turns(con, list(row[0] or []))
     return row is not None
 
 

@@ -106,20 +106,22 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
     return result
 
 
+# The turns of a session row's query the model may read: not the exchange (message and reply) of a
+# fact the user asked to forget, which it would otherwise answer from while it stays in view.
+_FORGOTTEN_TURNS = "SELECT unnest(sources) FROM facts WHERE status = 'forgotten'"
+NOT_FORGOTTEN = (
+    f"id NOT IN ({_FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
+    f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({_FORGOTTEN_TURNS})))"
+)
+
+
 def conversation_history(con, conversation: str, limit: int, before_id: int | None = None) -> list[Turn]:
     """The newest `limit` turns of one conversation, oldest first, as the model reads them: without
-    the exchanges of a fact the user asked to forget (its message and the reply to it), which the
-    model would otherwise answer from for as long as they stay among the latest turns."""
+    the exchanges of a fact the user asked to forget (NOT_FORGOTTEN)."""
     rows = con.execute(
         f"""
-        WITH forgotten AS (SELECT DISTINCT unnest(sources) AS id FROM facts WHERE status = 'forgotten'),
-        forgotten_exchanges AS (
-            SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN (SELECT id FROM forgotten)
-        )
         SELECT {_TURN_COLUMNS} FROM session
-        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?)
-            AND id NOT IN (SELECT id FROM forgotten)
-            AND (bus_id IS NULL OR bus_id NOT IN (SELECT bus_id FROM forgotten_exchanges))
+        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND {NOT_FORGOTTEN}
         ORDER BY ts DESC, id DESC LIMIT ?
         """,
         [conversation, before_id, before_id, limit],
@@ -131,7 +133,7 @@ def last_said(con) -> dict[str, tuple[str | None, str]]:
     """The latest inbound turn of every conversation as (sender, text), in one scan."""
     rows = con.execute(
         f"SELECT {conversations.OF_TURN}, arg_max(sender, id), arg_max(content, id) "
-        "FROM session WHERE role = 'user' GROUP BY ALL"
+        f"FROM session WHERE role = 'user' AND {NOT_FORGOTTEN} GROUP BY ALL"
     ).fetchall()
     return {conversation: (sender, text) for conversation, sender, text in rows}
 

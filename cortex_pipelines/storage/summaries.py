@@ -9,6 +9,7 @@ from datetime import datetime
 from cortex_pipelines.storage.conversations import OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
 
 def idle_foreground_conversations(con, idle_since: datetime) -> list[str]:
@@ -33,7 +34,7 @@ def unsummarized(con, conversation: str) -> tuple[str | None, list[dict]]:
     turns = dict_rows(
         con.execute(
             f"SELECT id, role, content, ts FROM session WHERE {OF_TURN} = ? AND content <> '[silence]' "
-            "AND (? IS NULL OR ts > ?) ORDER BY id",
+            f"AND (? IS NULL OR ts > ?) AND {NOT_FORGOTTEN} ORDER BY id",
             [conversation, since, since],
         )
     )
@@ -53,4 +54,26 @@ def demote(con, conversation: str, summary: str | None, sources: list[int]) -> N
         "UPDATE conversations SET layer = 'background', summary = coalesce(?, summary) "
         "WHERE conversation = ?",
         [summary, conversation],
+    )
+
+
+def drop_for_turns(con, turn_ids: list[int]) -> None:
+    """Forget: the summaries written from these turns go (compaction writes them again without the
+    forgotten exchanges), as the background of every prompt shows them."""
+    topics = [
+        r[0]
+        for r in con.execute(
+            "SELECT topic FROM topic_summaries WHERE len(list_intersect(sources, ?::BIGINT[])) > 0",
+            [turn_ids],
+        ).fetchall()
+    ]
+    said_in = [
+        r[0]
+        for r in con.execute(
+            f"SELECT DISTINCT {OF_TURN} FROM session WHERE list_contains(?::BIGINT[], id)", [turn_ids]
+        ).fetchall()
+    ]
+    con.execute("DELETE FROM topic_summaries WHERE list_contains(?::VARCHAR[], topic)", [topics])
+    con.execute(
+        "UPDATE conversations SET summary = NULL WHERE list_contains(?::VARCHAR[], conversation)", [said_in]
     )

@@ -49,19 +49,21 @@ def test_forget_hides_the_fact_and_the_turn_it_came_from_and_unforget_brings_bot
 
 @pytest.mark.slow
 def test_a_forgotten_exchange_leaves_the_conversation_the_model_reads(tmp_path):
-    """The model reads the conversation's latest turns besides recalled memories: a forgotten fact's
-    message, and the reply to it, must leave those too, or the model answers from them for the
-    next several exchanges. The real anthropic SDK against the local Messages server."""
+    """The model reads the conversation's latest turns and the other conversations' last words
+    besides recalled memories: a forgotten fact's message, and the reply to it, must leave those
+    too, or the model answers from them. The real anthropic SDK against the local Messages server."""
     home = tmp_path / "home"
     cortex("send", "webchat", "Remember that my locker code is 4417.", home=home)
+    cortex("send", "telegram", "Remember that my bike lock code is 9932.", home=home)
     cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
     cortex("run", home=home)
-    found = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
-    cortex(
-        "forget",
-        str(next(h["fact_id"] for h in found if "4417" in h["text"] and h.get("fact_id"))),
-        home=home,
-    )
+    for query, code in (("locker code", "4417"), ("bike lock code", "9932")):
+        found = _json(cortex("recall", query, "-k", "5", "--json", home=home))
+        cortex(
+            "forget",
+            str(next(h["fact_id"] for h in found if code in h["text"] and h.get("fact_id"))),
+            home=home,
+        )
 
     with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
         env = {
@@ -78,7 +80,7 @@ def test_a_forgotten_exchange_leaves_the_conversation_the_model_reads(tmp_path):
             if r.get("tools") and "what is my locker code?" in json.dumps(r["messages"])
         ]
     said = json.dumps(asked)
-    assert "4417" not in said
+    assert "4417" not in said and "9932" not in said  # this conversation's, and the other's (telegram)
     assert "window seats" in said  # the rest of the conversation stays
 
 
