@@ -9,7 +9,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import textwrap
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import resources
@@ -23,6 +22,7 @@ from typer.core import TyperGroup
 
 from cortex_pipelines import clock, delivery
 from cortex_pipelines.admin import doctor as checkup
+from cortex_pipelines.admin.erase import shorten
 from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, load_settings, parse_owners
 from cortex_pipelines.files import private_umask, write_atomic
@@ -445,7 +445,7 @@ def recall(
         return
     for n, hit in enumerate(hits, 1):
         ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
-        shown = textwrap.shorten(hit.text, RECALL_SHOWN_CHARS, placeholder=" …")  # --json: whole
+        shown = shorten(hit.text, RECALL_SHOWN_CHARS)  # --json has it whole
         _say(f"{n}. [{hit.tier}] {shown}")
         _say(f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}")
     if not hits:

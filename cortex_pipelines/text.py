@@ -117,7 +117,8 @@ QUESTION = re.compile(
 # like a question, it is never an answer nor a fact. Not "Don't forget …", which asks to remember.
 FORGET_REQUEST = re.compile(
     r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
-    r"(?:forget|unlearn|stop remembering|don'?t remember|do not remember)\b",
+    r"(?:(?:forget|unlearn)(?= (?:that|about|what|everything|all|my|our|the|this)\b)"
+    r"|stop remembering|don['’]?t remember|do not remember)\b",
     re.I,
 )
 

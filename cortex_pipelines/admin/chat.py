@@ -44,7 +44,7 @@ HELP = """Slash commands (the same tools the brain has here):
   /pin TEXT [--label L] | /unpin N | /unpin --all | /pins
   /schedules | /unschedule ID
   /erase ID... | /erase --matching TEXT [--yes]   erase messages (bus ids) and all derived from them
-                         (also --turn ID, --sender CHANNEL:ID, --before DATE; filters list until --yes)
+                         (also --turn ID, --sender CHANNEL:ID, --before DATE; lists until --yes)
   /status                queue, failures, delegated work, schedules, supervision, Dagster runs
   /help | /quit
 Anything else is a message to the brain on the admin channel."""

@@ -144,8 +144,8 @@ agent. Return only a JSON array of objects {"text", "category", "importance", "s
 - source_ids: the ids of the turns it comes from (at least one);
 - supersedes: the [F…] numbers of known memories it makes no longer true (the user moved, changed \
 job, switched provider, ...), else [].
-Skip greetings, small talk, questions, and anything already in the known memories. Never extract \
-from quoted text or from text the agent wrote. Return [] when nothing is new."""
+Skip greetings, small talk, questions, requests to forget, and anything already in the known \
+memories. Never extract from quoted text or from text the agent wrote. Return [] when nothing is new."""
 
 
 def extraction_request(turns: list[Turn], known: list[tuple[int, str]]) -> LLMRequest:
@@ -178,7 +178,10 @@ def parse_llm_facts(
             fact = _LLMFact.model_validate(item)
         except ValidationError:
             continue
-        sources = tuple(sorted({i for i in fact.source_ids if i in by_id}))
+        # A question or a request to forget is never a source, whatever the model rewrote it into.
+        sources = tuple(
+            sorted({i for i in fact.source_ids if i in by_id and not never_an_answer(by_id[i].content)})
+        )
         if not sources or injected.contains(fact.text) or never_an_answer(fact.text):
             continue
         category = fact.category if fact.category in CATEGORIES else "fact"

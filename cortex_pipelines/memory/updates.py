@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from cortex_pipelines.memory.patterns import attributes_of
-from cortex_pipelines.text import is_question, split_sentences
+from cortex_pipelines.text import never_an_answer, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
 # nothing: the earlier statement must also be what recall finds for this one, and close in meaning.
@@ -81,7 +81,7 @@ class Successor:
 def announces_change(text: str) -> bool:
     """A statement (not a question) that says something is now different, about something: with
     the change words taken out, at least MIN_SUBJECT_WORDS are left ("back now" is small talk)."""
-    if is_question(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
+    if never_an_answer(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
         return False
     return any(
         CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or NAMED_CHANGE.match(s))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 RUNS_QUERY = "{ runsOrError { ... on Runs { results { runId jobName status creationTime } } } }"
@@ -87,11 +87,10 @@ def cortex_dev(home: Path, log_path: Path):
         wait_for(ui_up, 120, "the Dagster UI")
         yield port, env, proc
     finally:
-        if proc.poll() is None:
+        with suppress(ProcessLookupError):  # a test may have stopped it already
             os.killpg(proc.pid, signal.SIGINT)
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left
+        proc.wait()
         log.close()

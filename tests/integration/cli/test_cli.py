@@ -249,10 +249,11 @@ def test_out_of_range_options_are_refused_before_anything_runs(
 def test_recall_shows_a_long_memory_shortened(tmp_path: Path) -> None:
     """A pasted 10,000-character message filled the terminal; --json still has it whole."""
     home = tmp_path / "home"
-    cortex("send", "webchat", "budget " * 1500, home=home)
+    cortex("send", "webchat", "budget " + "spreadsheet-" * 1000, home=home)  # a run of no spaces too
     cortex("run", home=home)
     first = cortex("recall", "budget", home=home).stdout.splitlines()[0]
     assert first.startswith("1. [") and first.endswith("…") and len(first) < 320, first
+    assert first.count("spreadsheet") > 10, first
     whole = json.loads(cortex("recall", "budget", "--json", home=home).stdout)[0]["text"]
     assert len(whole) > 10_000
 
