@@ -194,8 +194,9 @@ def _apply(
     runs = dagster_sqlite.live_runs(settings.paths.dagster_home)
     if runs:
         raise Busy(
-            f"Dagster run(s) {', '.join(r[:8] for r in runs)} in progress: wait for them to finish "
-            "(or stop `cortex dev`), then run the command again; nothing was erased"
+            f"Dagster run(s) {', '.join(r[:8] for r in runs)} in progress: wait for them to finish (a "
+            f"processing run lingers {settings.brain_linger_seconds:g} s after its last answer) or stop "
+            "`cortex dev`, then run the command again; nothing was erased"
         )
     try:
         db.run(lease.acquire, "erase", settings.lease_timeout_s)

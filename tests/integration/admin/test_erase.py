@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 
 from cortex_pipelines import clock
 from cortex_pipelines.admin import erase as eraser
@@ -102,6 +103,20 @@ def test_erasing_by_id_lists_with_both_ids_until_yes(tmp_path: Path) -> None:
     assert read_only(home, "SELECT count(*) FROM bus")[0][0] == 2
     cortex("erase", "--turn", "3", "--yes", home=home)
     assert read_only(home, "SELECT text FROM bus") == [("I prefer window seats",)]
+
+
+def test_erase_refuses_while_a_run_is_in_flight_and_says_how_long_one_lingers(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    said = tmp_path / "one.json"
+    said.write_text(json.dumps({"channel": "webchat", "text": "My bank PIN is 4417", "sender": "maya"}))
+    cortex("ingest", str(said), home=home)
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        instance.add_run(DagsterRun(job_name="process_messages", status=DagsterRunStatus.STARTED))
+    proc = cortex("erase", "--matching", "4417", "--yes", home=home, check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "lingers 120 s after its last answer" in proc.stderr and "nothing was erased" in proc.stderr
+    assert read_only(home, "SELECT count(*) FROM bus")[0][0] == 1
 
 
 @pytest.mark.parametrize(
