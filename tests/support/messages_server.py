@@ -270,6 +270,15 @@ class MessagesServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    def cortex_env(self) -> dict[str, str]:
+        """The variables that point a `cortex` command's anthropic provider at this server."""
+        return {
+            "CORTEX_LLM_PROVIDER": "anthropic",
+            "CORTEX_BASE_URL": self.url,
+            "CORTEX_API_KEY": "test-key",
+            "CORTEX_MODEL": "claude-test",
+        }
+
     def start(self) -> MessagesServer:
         """Start serving in a daemon thread (idempotent)."""
         if self._closed:

@@ -306,12 +306,7 @@ def test_through_cortex_run_two_chats_keep_their_history_and_reuse_the_cached_pr
     anthropic SDK against the local Messages server."""
     (settings.paths.workspace / "SOUL.md").write_text("Be brief and kind. " * 200)  # a cacheable prefix
     with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
-        env = {
-            "CORTEX_LLM_PROVIDER": "anthropic",
-            "CORTEX_BASE_URL": server.url,
-            "CORTEX_API_KEY": "test-key",
-            "CORTEX_MODEL": "claude-test",
-        }
+        env = server.cortex_env()
         for n, m in enumerate(
             [
                 _in_chat(111, "My flight to Oslo leaves on Friday.", "m1"),

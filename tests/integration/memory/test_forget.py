@@ -66,12 +66,7 @@ def test_a_forgotten_exchange_leaves_the_conversation_the_model_reads(tmp_path):
         )
 
     with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
-        env = {
-            "CORTEX_LLM_PROVIDER": "anthropic",
-            "CORTEX_BASE_URL": server.url,
-            "CORTEX_API_KEY": "test-key",
-            "CORTEX_MODEL": "claude-test",
-        }
+        env = server.cortex_env()
         cortex("send", "webchat", "what is my locker code?", home=home)
         cortex("run", home=home, env=env)
         (asked,) = [  # the brain's call (with tools), not the extraction's, which reads turns anew
