@@ -179,12 +179,12 @@ class VectorStore:
         """Every active fact's id, channel and category, and its vector as the same row of one
         matrix: what maintenance and dedupe compare pairwise."""
         if not self.exists(SEMANTIC):
-            return [], np.zeros((0, 0), dtype=np.float32)
+            return [], np.zeros((0, DIMENSIONS), dtype=np.float32)
         query = self.table(SEMANTIC).search().where("status = 'active'")
         table = query.select(["id", "vector", "channel", "category"]).limit(None).to_arrow()
         rows = table.select(["id", "channel", "category"]).to_pylist()
-        matrix = np.array(table.column("vector").to_pylist(), dtype=np.float32).reshape(len(rows), -1)
-        return rows, matrix
+        vectors = table.column("vector").to_pylist()  # none once every fact is forgotten or superseded
+        return rows, np.array(vectors, dtype=np.float32).reshape(len(rows), DIMENSIONS)
 
     def vector_search(self, name: str, vector, k: int, where: str | None = None) -> list[dict]:
         if not self.exists(name):

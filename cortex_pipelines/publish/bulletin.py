@@ -121,12 +121,19 @@ def refresh(
         tokens.update(llm_calls=1, input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         return text
 
+    def still_current(con) -> bool:
+        return render_typed(bulletin_facts(con), settings.bulletin_words) == typed
+
     try:
-        result = publish(db, settings, BULLETIN, render, input_key=key)
+        result = publish(db, settings, BULLETIN, render, input_key=key, still_current=still_current)
     except LLMError as exc:
         previous = path.read_text() if path.is_file() else ""
         error = f"bulletin generation failed, the previous bulletin stays: {exc}"
         result = Published(BULLETIN, path, previous, changed=False, error=error, render_failed=True)
+    if result.stale and llm is not None:
+        # Memory changed during the synthesis (a forget, say): the prose may name what is gone.
+        warn("memory changed while the bulletin was synthesized: publishing the typed render instead")
+        return refresh(db, settings, None, warn)
     if result.error:
         db.run(set_published_state, BULLETIN, path, "degraded", result.error)
     warmup = db.run(published_row, BULLETIN)["state"]

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from duckdb import DuckDBPyConnection
+
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.publish.safe import REDACTED, SECRET_PATTERNS, redact_secrets
@@ -58,6 +60,8 @@ class Published:
     # true, so the check warns rather than fails.
     render_failed: bool = False
     details: dict[str, int | str] = field(default_factory=dict)  # what the run counted, for its report
+    # What it was made from changed while it was rendered: nothing was written.
+    stale: bool = False
 
     @property
     def written(self) -> bool:
@@ -73,10 +77,19 @@ class Published:
 
 
 def publish(
-    db: Database, settings: Settings, name: str, render: Callable[[], str], input_key: str | None = None
+    db: Database,
+    settings: Settings,
+    name: str,
+    render: Callable[[], str],
+    input_key: str | None = None,
+    still_current: Callable[[DuckDBPyConnection], bool] | None = None,
 ) -> Published:
     """Write `name` if its content changed. With an input_key (for renders that cost an LLM call)
-    the render itself is skipped while the key and the file on disk are unchanged."""
+    the render itself is skipped while the key and the file on disk are unchanged.
+
+    A render that takes seconds (an LLM call) may come back after another process changed what it
+    was made from, and published from the change (a forget): `still_current(con)` is asked in the
+    transaction that writes, so no commit falls between the check and the write."""
     path = settings.paths.published[name]
     row = db.run(published_row, name)
     now = utcnow()
@@ -89,13 +102,19 @@ def publish(
     if intact and content == current:
         db.run(mark_current, name, now, input_key)
         return Published(name, path, current, changed=False)
-    try:
-        write_atomic(path, content)
-    except OSError as exc:
-        error = f"could not write {path}: {exc.strerror or exc}; kept the last good file"
-        return Published(name, path, current or "", changed=False, error=error)
-    db.run(record_written, name, path, input_key, _sha(content), len(content), len(content.split()), now)
-    return Published(name, path, content, changed=True)
+
+    def write(con) -> Published:
+        if still_current is not None and not still_current(con):
+            return Published(name, path, current or "", changed=False, stale=True)
+        try:
+            write_atomic(path, content)
+        except OSError as exc:
+            error = f"could not write {path}: {exc.strerror or exc}; kept the last good file"
+            return Published(name, path, current or "", changed=False, error=error)
+        record_written(con, name, path, input_key, _sha(content), len(content), len(content.split()), now)
+        return Published(name, path, content, changed=True)
+
+    return db.run(write)
 
 
 def _sha(text: str) -> str:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from dagster import DagsterInstance, materialize
 
+from cortex_pipelines.resources import cortex_resources
 from tests.support.cli import cortex
 from tests.support.messages_server import MessagesServer
 from tests.support.messages_server import text as reply_text
+from tests.support.published import MATERIALIZABLE
 
 
 def _json(proc) -> list[dict]:
@@ -95,3 +98,56 @@ def test_asking_the_offline_brain_to_forget_says_how_and_is_never_a_memory(tmp_p
     assert hits and not [h for h in hits if "forget" in h["text"].lower()], hits
     stats = _json(cortex("recent", "--json", home=home))
     assert not [f for f in stats if "forget" in f["text"].lower()], stats
+
+
+@pytest.mark.slow
+def test_a_forget_during_the_bulletins_synthesis_is_not_undone_by_it(tmp_path, monkeypatch):
+    """The anthropic bulletin is written from memory as it was when the model was called, seconds
+    earlier. A `cortex forget` in those seconds publishes the bulletin without the fact; the prose
+    that comes back after it still names the fact and must not be published over it."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "Remember that my locker code is 4417.", home=home)
+    cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
+    cortex("run", home=home)
+    found = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
+    fact_id = next(h["fact_id"] for h in found if "4417" in h["text"] and h.get("fact_id"))
+    forgotten = []
+
+    def responder(body):
+        given = json.dumps(body["messages"])  # a faithful model: prose from what it was given
+        if not forgotten:
+            cortex("forget", str(fact_id), home=home)  # the user, while the model writes
+            forgotten.append(fact_id)
+        said = [s for s in ("locker code is 4417", "window seats") if s in given]
+        return reply_text("# Memory Bulletin\n\n" + "".join(f"- They said: {s}.\n" for s in said))
+
+    with MessagesServer(responder=responder) as server:
+        for name, value in server.cortex_env().items():
+            monkeypatch.setenv(name, value)
+        with DagsterInstance.ephemeral() as instance:
+            bulletin_only = [a for a in MATERIALIZABLE if a.key.path[-1] == "memory_bulletin"]
+            result = materialize(
+                MATERIALIZABLE,
+                instance=instance,
+                selection=bulletin_only,
+                resources=cortex_resources(str(home)),
+            )
+    assert result.success and forgotten  # the race happened
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "4417" not in bulletin, bulletin
+    assert "window seats" in bulletin  # the rest of memory is still published
+
+
+@pytest.mark.slow
+def test_memory_keeps_running_once_every_fact_is_forgotten(tmp_path):
+    """With no active fact left, maintenance and dedupe compare an empty set. They crashed on it, and
+    the crash failed the whole `cortex run`."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "Remember that my locker code is 4417.", home=home)
+    cortex("run", home=home)
+    found = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
+    cortex("forget", str(next(h["fact_id"] for h in found if h.get("fact_id"))), home=home)
+    cortex("send", "webchat", "Good morning!", home=home)
+    cortex("run", home=home)  # fails the test on a non-zero exit
+    assert "Good morning" in json.dumps(_json(cortex("outbox", "--json", home=home)))
+    assert cortex("dedupe", home=home).returncode == 0
