@@ -259,9 +259,16 @@ def check_all(settings: Settings) -> list[Check]:
 
 
 def database_whole(settings: Settings) -> bool:
-    """Whether the DuckDB file reads whole at the current schema: restoring over it then rolls back
-    what was said since the backup, which must be asked for."""
-    return _duckdb(settings.paths)[0].ok
+    """Whether every table of the DuckDB file reads through, at any schema (an older one is migrated
+    by `cortex init`, a newer one wants a newer Cortex): restoring over it then rolls back what was
+    said since the backup, which must be asked for."""
+    if not settings.paths.db.exists():
+        return False
+    try:
+        Database(settings.paths.db).examine(health.table_scan)
+    except (duckdb.Error, OSError):
+        return False
+    return True
 
 
 def restore(settings: Settings, chosen: str | None) -> tuple[Path, Path | None]:

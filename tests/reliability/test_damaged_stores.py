@@ -141,6 +141,20 @@ def test_restore_over_a_whole_database_asks_for_yes(home):
     assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["completed"] < before["completed"]
 
 
+def test_restore_over_a_database_from_a_newer_cortex_asks_for_yes(home):
+    """A file a newer Cortex wrote reads whole and holds everything said since the backup: the
+    restore rolled it back unasked because its schema was not this Cortex's."""
+    cortex("send", "webchat", "A message newer than the backup.", home=home)
+    cortex("run", home=home)
+    con = duckdb.connect(str(Paths(home).db))
+    con.execute("INSERT INTO schema_version VALUES (?, now())", [MIGRATIONS[-1][0] + 1])
+    con.close()
+    written = Paths(home).db.read_bytes()
+    _one_line(cortex("doctor", "--restore", home=home), "reads whole", "--yes")
+    assert Paths(home).db.read_bytes() == written
+    assert not list(home.glob("cortex.duckdb.damaged-*"))
+
+
 def test_restore_refuses_while_another_process_holds_the_database(home):
     with held_by_another_process(Paths(home).db):
         proc = cortex("doctor", "--restore", home=home)
