@@ -35,6 +35,7 @@ from cortex_pipelines.memory.recall import note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
+from cortex_pipelines.processes import start_polars_keeping_sigint
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
@@ -94,6 +95,7 @@ def main(
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
     private_umask()
+    start_polars_keeping_sigint()  # Ctrl-C stops every command, after its first query too
     _warnings_as_lines()
     if now is not None:
         try:
@@ -259,20 +261,29 @@ def run(
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
         level = "DEBUG" if verbose else "CRITICAL"
-        result = defs.resolve_job_def("cortex_main").execute_in_process(
-            instance=instance,
-            raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": level}}}},
-        )
+        try:
+            result = defs.resolve_job_def("cortex_main").execute_in_process(
+                instance=instance,
+                raise_on_error=False,
+                run_config={"loggers": {"console": {"config": {"log_level": level}}}},
+            )
+        except KeyboardInterrupt:  # between steps, where Dagster does not turn it into a failure
+            result = None
     replies = db.run(outbox.added_after, before)
     for reply in replies:
         out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
         _say(reply["text"])
-    if result.success and settings.turn_ttl_days:
+    if result is not None and result.success and settings.turn_ttl_days:
         _expire_turns(settings)
     state = status(settings)
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
+    if result is None or _interrupted(result):
+        waiting = state["bus"].get("pending", 0) + state["bus"].get("processing", 0)
+        _fail(
+            f"interrupted: {len(replies)} message(s) answered, {waiting} left for the next `cortex run`",
+            code=130,
+        )
     if not result.success:
         for failure in result.get_step_failure_events():
             error = failure.event_specific_data.error
@@ -282,6 +293,21 @@ def run(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
             code=1,
         )
+
+
+def _interrupted(result) -> bool:
+    """Whether Ctrl-C stopped the run: Dagster reports it as a failed step, caught between
+    operations or, during a DuckDB query, as the query's "Query interrupted"; nothing is wrong with
+    the stores and what was not answered stays queued."""
+    for failure in result.get_step_failure_events():
+        error = failure.event_specific_data.error
+        while error is not None:
+            if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt") or (
+                error.message.startswith(("RuntimeError: Query interrupted", "Query interrupted"))
+            ):
+                return True
+            error = error.cause or error.context
+    return False
 
 
 def _expire_turns(settings: Settings) -> None:
@@ -747,7 +773,6 @@ def chat() -> None:
         f"Cortex admin chat on {settings.home} ({settings.llm_provider}). /help lists commands, /quit leaves."
     )
     while True:
-        _stop_on_sigint()  # the answer's queries may have replaced the handler
         try:
             line = input("you> ")
         except (EOFError, KeyboardInterrupt):
@@ -758,13 +783,6 @@ def chat() -> None:
         answer = session.handle(line)
         if answer:
             _say(f"cortex> {answer}")
-
-
-def _stop_on_sigint() -> None:
-    """Python's SIGINT handler, installed again: polars' runtime replaces it on its first query with
-    one that restarts an interrupted wait (a read of the terminal, a child's wait), so Ctrl-C was
-    seen only once that wait ended."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 PortOption = Annotated[
@@ -813,7 +831,6 @@ def dev(
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
-    _stop_on_sigint()  # a SIGINT sent to this process alone (a supervisor's, an IDE's) too
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,

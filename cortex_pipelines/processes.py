@@ -23,6 +23,19 @@ import psutil
 _CLOCK_SLACK_S = 2.0
 
 
+def start_polars_keeping_sigint() -> None:
+    """Start polars' runtime now and give SIGINT back to Python. On its first query the runtime
+    installs, below Python, a SIGINT handler that restarts what was interrupted and never raises
+    KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or `cortex chat`,
+    and Dagster's termination of a run (SIGINT to its process), did nothing. Later queries leave
+    the handler as it is. Python's handler (whatever it is) is armed again; only the main thread may."""
+    import polars as pl
+
+    pl.select(pl.lit(1)).item()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
+
+
 _helpers: dict[str, ThreadPoolExecutor] = {}
 _helpers_lock = threading.Lock()
 
