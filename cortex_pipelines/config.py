@@ -263,6 +263,13 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown tool {unknown[0]!r}; use all, none or some of {known}")
         return tuple(dict.fromkeys(names))
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _absolute_home(cls, value: object) -> Path:
+        """CORTEX_HOME as an absolute path (an empty one counts as unset): a relative one made
+        `cortex run` fail on Dagster's relative DAGSTER_HOME, with a traceback."""
+        return cortex_home(value or None)
+
     @field_validator("recall_preset")
     @classmethod
     def _known_preset(cls, name: str) -> str:

@@ -418,3 +418,22 @@ def test_status_works_while_a_run_writes(tmp_path: Path) -> None:
     assert final["bus"]["completed"] == n, final
     assert final["bus"]["pending"] == 0 and final["bus"]["processing"] == 0
     assert len(outbox_json(home)) == n
+
+
+@pytest.mark.slow
+def test_a_relative_cortex_home_is_taken_from_the_folder_the_command_runs_in(tmp_path: Path) -> None:
+    """`CORTEX_HOME=my-home cortex run` failed with a Dagster traceback: DAGSTER_HOME, made from
+    it, must be absolute. The home is resolved where the command runs."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            cli_argv(*args), env=cli_env(Path("my-home")), cwd=tmp_path, capture_output=True, text=True,
+            timeout=CALL_TIMEOUT_S,
+        )
+
+    assert run("send", "webchat", "I keep the spare key under the blue pot").returncode == 0
+    done = run("run")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    (reply,) = (tmp_path / "my-home" / "outbox" / "webchat").glob("*.json")
+    assert json.loads(reply.read_text())["reply_to"] == 1
