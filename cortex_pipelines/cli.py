@@ -243,7 +243,7 @@ def run(
     from cortex_pipelines.assets.brain import BRAIN_POOL
     from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
-    from cortex_pipelines.lanes import reap_dead_runs, wait_for_pools
+    from cortex_pipelines.lanes import in_process_tags, reap_dead_runs, wait_for_pools
 
     os.environ.update(dagster_env(settings))
     with DagsterInstance.get() as instance:
@@ -265,6 +265,7 @@ def run(
             result = defs.resolve_job_def("cortex_main").execute_in_process(
                 instance=instance,
                 raise_on_error=False,
+                tags=in_process_tags(),
                 run_config={"loggers": {"console": {"config": {"log_level": level}}}},
             )
         except KeyboardInterrupt:  # between steps, where Dagster does not turn it into a failure

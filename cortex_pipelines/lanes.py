@@ -9,8 +9,10 @@ BrainLaneRunCoordinator, the run coordinator that dagster.yaml names, tags every
 A SIGKILLed run never reports its own end: Dagster keeps its record STARTED (which the brain-lane
 tag limit counts as busy) and its steps' pool slots claimed (which blocks every later run's step
 in that pool). Every run of ours records its pid in an engine event ("Started process for run",
-"Executing steps in process"), so a run whose process is gone is failed here and its slots freed;
-a run killed while it lingers for messages (brain/linger.py) is no different.
+"Executing steps in process"), and a run that `cortex run` executes itself names its pid in a tag
+from the moment it is created; so a run whose process is gone is failed here and its slots freed,
+whether it was killed before its first event (left NOT_STARTED), mid-step, or while it lingered
+for messages (brain/linger.py).
 
 Only runs on this machine can be judged by pid: with any launcher other than Dagster's default
 (which runs every run on the code server's host) nothing is reaped, and run monitoring stays the
@@ -19,6 +21,7 @@ only safety net.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     Field,
+    RunRecord,
     RunsFilter,
 )
 from dagster._core.launcher import DefaultRunLauncher
@@ -58,6 +62,11 @@ ACTIVE = [
     DagsterRunStatus.STARTED,
 ]
 IN_FLIGHT = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+REAPABLE = [DagsterRunStatus.NOT_STARTED, *IN_FLIGHT]
+# A run executed in a process of ours (`cortex run`) carries that process's pid from the moment
+# it is created, before any event: killed then, it would stay NOT_STARTED, and in the brain lane
+# that reads as a run about to answer, so no sensor would ever start another.
+PID_TAG = "cortex/pid"
 POLL_S = 0.5
 
 
@@ -116,6 +125,11 @@ class DeadRun:
         return f"run {self.run_id[:8]} ({self.job_name}, pid {self.pid}) died: marked failed, its slots freed"
 
 
+def in_process_tags() -> dict[str, str]:
+    """Tags for a run this process executes itself, so it can be judged dead before its first event."""
+    return {PID_TAG: str(os.getpid())}
+
+
 def run_process(instance: DagsterInstance, run_id: str) -> tuple[int, float] | None:
     """The pid the run last reported and when (Unix time), or None before it reported one."""
     records = instance.get_records_for_run(
@@ -130,18 +144,25 @@ def run_process(instance: DagsterInstance, run_id: str) -> tuple[int, float] | N
     return None
 
 
+def _creator(record: RunRecord) -> tuple[int, float] | None:
+    """The process that created a run to execute it itself (PID_TAG), and when."""
+    pid = record.dagster_run.tags.get(PID_TAG, "")
+    return (int(pid), record.create_timestamp.timestamp()) if pid.isdigit() else None
+
+
 def reap_dead_runs(instance: DagsterInstance, pools: Iterable[str] = ()) -> list[DeadRun]:
     """Fail every in-flight run whose process is gone and free its pool slots; free the slots
     that finished runs still hold in `pools`. Safe to call from several processes at once."""
     if not isinstance(instance.run_launcher, DefaultRunLauncher):
         return []
     dead: list[DeadRun] = []
-    for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT)):
-        found = run_process(instance, run.run_id)
+    for record in instance.get_run_records(filters=RunsFilter(statuses=REAPABLE)):
+        run = record.dagster_run
+        found = run_process(instance, run.run_id) or _creator(record)
         if found is None or processes.alive(*found):
             continue
         current = instance.get_run_by_id(run.run_id)
-        if current is None or current.status not in IN_FLIGHT:
+        if current is None or current.status not in REAPABLE:
             continue  # another process reaped it, or it ended after all
         instance.report_run_failed(
             current, message=f"Cortex: the run's process (pid {found[0]}) is gone; marked failed"

@@ -24,9 +24,11 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from cortex_pipelines.lanes import run_process
+from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database
 from tests.support.dagster_dev import cli, cortex_dev, wait_for
 from tests.support.durability import assert_durable, fetch_all
+from tests.support.sensors import evaluate
 
 pytestmark = pytest.mark.slow
 
@@ -122,6 +124,71 @@ def test_random_sigkills_of_cortex_run_never_wedge_the_instance(tmp_path):
     with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         for pool in ("cortex_brain", "cortex_memory"):
             assert not instance.event_log_storage.get_concurrency_info(pool).active_run_ids
+
+
+# `cortex run` itself, paused right after Dagster records its run (NOT_STARTED, no event yet):
+# the moment a SIGKILL that lands between creating the run and starting it leaves behind.
+_PAUSE_AFTER_RUN_CREATED = """
+import sys, time
+from dagster import DagsterInstance
+from cortex_pipelines import cli
+
+create_run = DagsterInstance.create_run_for_job
+
+def create_then_pause(self, *args, **kwargs):
+    run = create_run(self, *args, **kwargs)
+    print("CREATED", run.run_id, flush=True)
+    time.sleep(600)
+
+DagsterInstance.create_run_for_job = create_then_pause
+sys.argv = ["cortex", "run"]
+cli.app()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_cortex_run_killed_before_its_run_started_holds_nothing(tmp_path):
+    """Killed in that moment, the run stayed NOT_STARTED forever; in the brain lane that reads as
+    a run about to answer, so `cortex dev`'s sensor skipped every message after it. The sensor and
+    the next `cortex run` now fail it (its process is gone) and answer."""
+    home = tmp_path / "home"
+    env = _env(home)
+    subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
+    _inbox_batch(home, 3)
+    paused = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines = []
+    while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
+        lines.append(line)
+    assert line.startswith("CREATED "), "".join(lines)
+    run_id = line.split()[1]
+    os.killpg(paused.pid, signal.SIGKILL)
+    paused.wait()
+
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.NOT_STARTED
+        _inbox_batch(home, 3, channel="telegram")
+        asked = evaluate(inbox_sensor, instance, str(home))
+        assert asked.run_requests, asked.skip_reason
+        assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+
+    # The same record, found by the next `cortex run` instead of a sensor.
+    paused = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
+        pass
+    second_id = line.split()[1]
+    os.killpg(paused.pid, signal.SIGKILL)
+    paused.wait()
+    final = subprocess.run(_cortex("run"), env=env, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
+    assert f"recovered: run {second_id[:8]} (cortex_main" in final.stdout, final.stdout
+    assert _bus_states(home) == {"completed": 6}
+    assert {r.status for r in _runs(home)} == {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE}
 
 
 @pytest.mark.timeout(300)
