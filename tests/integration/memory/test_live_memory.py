@@ -163,6 +163,9 @@ def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
         text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # duckdb 2.0.0 left its module state alive at exit: 39 lines of nanobind leak reports after
+    # every `cortex run` that materialized memory.
+    assert "leaked" not in done.stdout + done.stderr, done.stderr[-3000:]
     from cortex_pipelines.storage import Database
 
     bus = {ext: (bus_id, text) for ext, bus_id, text in Database(home / "cortex.duckdb").query(
