@@ -87,7 +87,19 @@ class Terminal:
         os.write(self.master, (line + "\n").encode())
 
     def interrupt(self) -> None:
-        os.write(self.master, b"\x03")  # Ctrl-C: the terminal sends SIGINT
+        """Ctrl-C (the terminal sends SIGINT) once the chat waits for a key. Sent in the instant
+        between the prompt and that wait, as a loaded machine made this test do, Python's readline
+        notes the signal and raises it only after the next key: no person types that fast."""
+        self._wait_until_reading()
+        os.write(self.master, b"\x03")
+
+    def _wait_until_reading(self, timeout_s: float = 30) -> None:
+        wchan = Path(f"/proc/{self.proc.pid}/wchan")
+        deadline = time.monotonic() + timeout_s
+        while wchan.exists() and time.monotonic() < deadline:
+            if any(wait in wchan.read_text() for wait in ("poll", "select", "tty_read")):
+                return
+            time.sleep(0.02)
 
     def close(self) -> int:
         try:
