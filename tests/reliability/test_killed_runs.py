@@ -146,6 +146,21 @@ cli.app()
 """
 
 
+def _kill_cortex_run_once_its_run_is_recorded(env: dict) -> str:
+    """SIGKILL the real `cortex run` right after Dagster records its run; that run's id."""
+    paused = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    said = []
+    while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
+        said.append(line)
+    os.killpg(paused.pid, signal.SIGKILL)
+    paused.wait()
+    assert line.startswith("CREATED "), "".join(said)
+    return line.split()[1]
+
+
 @pytest.mark.timeout(300)
 def test_a_cortex_run_killed_before_its_run_started_holds_nothing(tmp_path):
     """Killed in that moment, the run stayed NOT_STARTED forever; in the brain lane that reads as
@@ -155,18 +170,7 @@ def test_a_cortex_run_killed_before_its_run_started_holds_nothing(tmp_path):
     env = _env(home)
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
     _inbox_batch(home, 3)
-    paused = subprocess.Popen(
-        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines = []
-    while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
-        lines.append(line)
-    assert line.startswith("CREATED "), "".join(lines)
-    run_id = line.split()[1]
-    os.killpg(paused.pid, signal.SIGKILL)
-    paused.wait()
-
+    run_id = _kill_cortex_run_once_its_run_is_recorded(env)
     with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
         assert instance.get_run_by_id(run_id).status == DagsterRunStatus.NOT_STARTED
         _inbox_batch(home, 3, channel="telegram")
@@ -175,18 +179,10 @@ def test_a_cortex_run_killed_before_its_run_started_holds_nothing(tmp_path):
         assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
 
     # The same record, found by the next `cortex run` instead of a sensor.
-    paused = subprocess.Popen(
-        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
-        pass
-    second_id = line.split()[1]
-    os.killpg(paused.pid, signal.SIGKILL)
-    paused.wait()
+    run_id = _kill_cortex_run_once_its_run_is_recorded(env)
     final = subprocess.run(_cortex("run"), env=env, capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
-    assert f"recovered: run {second_id[:8]} (cortex_main" in final.stdout, final.stdout
+    assert f"recovered: run {run_id[:8]} (cortex_main" in final.stdout, final.stdout
     assert _bus_states(home) == {"completed": 6}
     assert {r.status for r in _runs(home)} == {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE}
 
