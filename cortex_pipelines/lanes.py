@@ -151,8 +151,9 @@ def _creator(record: RunRecord) -> tuple[int, float] | None:
 
 
 def reap_dead_runs(instance: DagsterInstance, pools: Iterable[str] = ()) -> list[DeadRun]:
-    """Fail every in-flight run whose process is gone and free its pool slots; free the slots
-    that finished runs still hold in `pools`. Safe to call from several processes at once."""
+    """Fail every in-flight run whose process is gone, and every NOT_STARTED one whose creator
+    (PID_TAG) is gone, and free its pool slots; free the slots that finished runs still hold in
+    `pools`. Safe to call from several processes at once."""
     if not isinstance(instance.run_launcher, DefaultRunLauncher):
         return []
     dead: list[DeadRun] = []
