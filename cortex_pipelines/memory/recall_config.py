@@ -56,6 +56,12 @@ class RecallConfig:
     update_min_cosine: float = 0.5
     update_same_attribute_min_cosine: float = 0.3
     update_candidates: int = 5
+    # The same check at query time, for a change and an earlier statement one question found both
+    # of in its top `co_recalled_update_window`: the shared question is evidence the write-time
+    # search lacked. Only their order changes (memory/recall.py `_changes_first`).
+    co_recalled_update_window: int = 5
+    co_recalled_update_min_cosine: float = 0.35
+    co_recalled_update_same_attribute_min_cosine: float = 0.2
     outdated_weight: float = 0.8
 
     def with_(self, **changes) -> RecallConfig:

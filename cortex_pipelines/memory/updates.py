@@ -177,3 +177,47 @@ def newest_successors(
             successor = direct[successor.session_id]
         newest[old] = successor
     return newest
+
+
+class Ranked(Memory, Protocol):
+    """A recall hit as `co_recalled_updates` reorders it."""
+
+    score: float
+    at: datetime | None
+
+
+def co_recalled_updates(
+    hits: Sequence[Ranked],
+    k: int,
+    is_owner: Callable[[str, str | None], bool],
+    encode: Callable[[list[str]], np.ndarray],
+    min_cosine: float,
+    same_attribute_min_cosine: float,
+) -> list[tuple[Ranked, Ranked]]:
+    """Updates the write-time check missed, seen at query time: a statement announcing a change
+    ("I switched to oat cortados these days") found by the same question as an earlier statement of
+    the owner ranked above it in the top k ("My usual order is a flat white"). The question is the
+    subject they share that the change's own search could not see, so they must only be close in
+    meaning at the (lower) thresholds given. Either may be a fact drawn from one statement (a fact
+    is the owner's). `hits` are best first; returns (newer, older) pairs, at most one per change,
+    none for a memory already updated."""
+    pairs = []
+    claimed: set[int] = set()
+    for rank, new in enumerate(hits[:k]):
+        if (
+            len(new.sources) != 1
+            or new.updated_by is not None
+            or new.channel in NOT_STATEMENTS
+            or (new.fact_id is None and not is_owner(new.channel or "", new.sender))
+            or not announces_change(new.text)
+        ):
+            continue
+        above = [h for h in hits[:rank] if id(h) not in claimed and h.at is not None and new.at is not None]
+        earlier = [h for h in above if h.at < new.at]
+        if found := superseded_statement(
+            new.text, new.sources[0], earlier, is_owner, encode, min_cosine, same_attribute_min_cosine
+        ):
+            old = next(h for h in earlier if list(h.sources) == found[0])
+            claimed.add(id(old))
+            pairs.append((new, old))
+    return pairs

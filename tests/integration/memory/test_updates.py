@@ -23,6 +23,7 @@ from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.updates import (
     announces_change,
+    co_recalled_updates,
     newest_successors,
     subject_of,
     superseded_statement,
@@ -114,6 +115,72 @@ def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings,
     assert all(
         h.updated_by == hits[0].sources[0] for h in hits[1:] if "Lisbon" in h.text or "Porto" in h.text
     )
+
+
+def test_an_update_the_write_time_check_missed_is_answered_first_when_one_question_finds_both(settings, db):
+    """ "My doctor put me on cetirizine instead": the write-time check links it to the closest
+    earlier statement, the citalopram (0.51 against the loratadine's 0.48), and leaves the loratadine
+    current. Asked about allergies, one question finds the loratadine and the cetirizine: in the same
+    drain (nothing materialized), the reply and recall say cetirizine first, and the loratadine
+    stays as it was, not marked as updated (an inference, not a link)."""
+    said = [
+        ("I take loratadine for hay fever.", "2026-01-05T09:00:00Z"),
+        ("I take 20mg of citalopram every morning.", "2026-02-05T09:00:00Z"),
+        ("My doctor put me on cetirizine instead.", "2026-05-05T09:00:00Z"),
+        ("what do I take for my allergies?", "2026-05-06T09:00:00Z"),
+    ]
+    for n, (text, at) in enumerate(said):
+        drop(settings, "webchat", f"{n}.json", msg("webchat", text, f"allergy-{n}", timestamp=at))
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    linked = db.query("SELECT s.content FROM statement_updates u JOIN session s ON s.id = u.old_session_id")
+    assert ("I take loratadine for hay fever.",) not in linked, "the write-time check found it: no case"
+
+    reply = db.query("SELECT text FROM outbox ORDER BY id DESC LIMIT 1")[0][0]
+    assert "cetirizine" in reply, reply
+    assert "loratadine" not in reply or reply.index("cetirizine") < reply.index("loratadine"), reply
+    hits = recall(db, settings, "what do I take for my allergies?", k=5)
+    texts = [h.text for h in hits]
+    assert texts.index("My doctor put me on cetirizine instead.") < texts.index(
+        "I take loratadine for hay fever."
+    ), texts
+    assert all(h.updated_by is None for h in hits if "loratadine" in h.text)
+
+
+def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
+    """The query-time check (real embedder): a newer change goes ahead of an earlier statement the
+    question also found only when the two are close in meaning: "I take the car to the garage on
+    Mill Lane now" is a change, found beside the hay fever tablets, and updates nothing; the
+    owner's change never updates a stranger's words, nor an earlier statement ranked below it."""
+    config = RecallConfig()
+    owner = lambda channel, sender: sender == "user"  # noqa: E731
+    encode = embedder_for(load_settings()).encode
+
+    @dataclass
+    class Ranked(Found):
+        at: datetime | None = None
+
+    def pairs(*hits: Ranked) -> list[tuple[str, str]]:
+        found = co_recalled_updates(
+            list(hits),
+            config.co_recalled_update_window,
+            owner,
+            encode,
+            config.co_recalled_update_min_cosine,
+            config.co_recalled_update_same_attribute_min_cosine,
+        )
+        return [(new.text, old.text) for new, old in found]
+
+    loratadine = Ranked("I take loratadine for hay fever.", [1], at=datetime(2026, 1, 5))
+    garage = Ranked(
+        "I take the car to the independent garage on Mill Lane now.", [2], at=datetime(2026, 3, 1)
+    )
+    cetirizine = Ranked("My doctor put me on cetirizine instead.", [3], at=datetime(2026, 5, 5))
+    assert pairs(loratadine, garage, cetirizine) == [(cetirizine.text, loratadine.text)]
+    assert pairs(loratadine, garage) == []
+    assert pairs(cetirizine, loratadine) == []  # already first
+    stranger = Ranked(loratadine.text, [1], sender="stranger", at=loratadine.at)
+    assert pairs(stranger, cetirizine) == []
 
 
 def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(
@@ -307,9 +374,12 @@ def test_an_update_supersedes_the_statement_about_the_same_attribute_and_nothing
     assert superseded("Anna moved to Bristol for a hospital job.", "I live in Lisbon.") is None
     # News of someone else, told by name, is theirs: the user's own change never supersedes it.
     assert superseded("Tom's at Spotify now, he left his old job.", "My brother Tom works at Google.") == [1]
-    assert superseded(
-        "Priya left the company, I report to Daniel now.", "Tom's at Spotify now, he left his old job."
-    ) is None
+    assert (
+        superseded(
+            "Priya left the company, I report to Daniel now.", "Tom's at Spotify now, he left his old job."
+        )
+        is None
+    )
     # ... but a change the user told without "I" is theirs, however the sentence opens.
     oat = "Recently switched to oat milk for the coffee."
     assert superseded("I switched to almond milk for the coffee.", oat) == [1]
