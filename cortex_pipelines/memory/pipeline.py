@@ -64,7 +64,7 @@ def embed_turns(
     sentence vectors."""
     sentences = [turn_lines(sender, text, is_user)[1:] for sender, text, is_user in turns]
     lines = [speaker_line(sender, text) for sender, text, _ in turns]
-    vecs = embedder.encode(lines + [line for ss in sentences for line in ss])
+    vecs = embedder.encode_batch(lines + [line for ss in sentences for line in ss])
     out, start = [], len(turns)
     for i, ss in enumerate(sentences):
         out.append((vecs[i], vecs[start : start + len(ss)]))
@@ -188,7 +188,7 @@ def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings:
     stored = vectors.texts_and_vectors(SEMANTIC, [f["id"] for f in stale])
     fresh = [f for f in stale if f["id"] not in stored or stored[f["id"]][0] != f["text"]]
     vecs = {fact_id: vec for fact_id, (_, vec) in stored.items()}
-    vecs.update(zip([f["id"] for f in fresh], embedder.encode([f["text"] for f in fresh]), strict=True))
+    vecs.update(zip([f["id"] for f in fresh], embedder.encode_batch([f["text"] for f in fresh]), strict=True))
     vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[f["id"]]) for f in stale])
     db.run(facts.mark_indexed, [f["id"] for f in stale], started)
     vectors.ensure_vector_index(SEMANTIC, settings.vector_index_min_rows)
@@ -204,7 +204,7 @@ def remember(
         return report
     sync_facts(db, vectors, embedder, settings)  # dedupe must see every active fact
     by_hash = db.run(facts.active_by_hash, [norm_hash(d.text) for d in drafts])
-    vecs = embedder.encode([d.text for d in drafts])
+    vecs = embedder.encode_batch([d.text for d in drafts])
     reinforcements: list[tuple[int, FactDraft]] = []
     groups: list[tuple[str, np.ndarray, list[FactDraft]]] = []  # new facts, with their restatements
     for draft, vec in zip(drafts, vecs, strict=True):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -20,6 +22,7 @@ from cortex_pipelines.memory.embedder import (
     resolve_model_path,
     weights_digest,
 )
+from tests.support.cli import cli_env, cortex
 
 QUESTIONS = [
     "What did Melanie paint last summer?",
@@ -139,3 +142,36 @@ def test_an_export_that_misses_torch_leaves_queries_on_torch(monkeypatch, tmp_pa
     assert np.array_equal(vector, embedder.encode([QUESTIONS[0]])[0])
     assert "queries embed with torch" in caplog.text
     assert not list((tmp_path / "cache").rglob("*.onnx"))
+
+
+def test_a_cortex_run_after_a_short_conversation_never_loads_torch(tmp_path):
+    """The quick start's path: after a few messages, `cortex run` answers them and materializes
+    every memory asset with the ONNX export alone (loading torch was 7 s of its 25 on two cores),
+    and the turns and facts it indexed are found by meaning afterwards."""
+    home = tmp_path / "home"
+    for said in ("I'm allergic to peanuts, so never suggest satay.", "On flights I prefer window seats."):
+        cortex("send", "webchat", said, home=home)
+    get_embedder().encode_query("warm the ONNX export")  # exported once per machine, as `cortex dev` does
+    code = (
+        "import sys\n"
+        "from cortex_pipelines.cli import app\n"
+        "try:\n"
+        "    app(['run'])\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print('torch loaded:', 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(home), timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "torch loaded: False", out.stdout[-2000:]
+    assert "'completed': 2, 'failed': 0" in out.stdout, out.stdout[-2000:]
+
+    with duckdb.connect(str(home / "cortex.duckdb"), read_only=True) as con:
+        facts = con.execute("SELECT count(*) FROM facts WHERE status = 'active'").fetchone()[0]
+    assert facts == 2  # one fact from each statement, embedded too
+    hits = json.loads(
+        cortex("recall", "what foods must I avoid for dinner", "-k", "3", "--json", home=home).stdout
+    )
+    assert any("peanuts" in h["text"] for h in hits), hits

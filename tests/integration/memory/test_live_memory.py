@@ -24,8 +24,11 @@ from tests.support.cli import cortex
 
 # Each statement and its question share no content word: only meaning connects them.
 PAIRS = [
-    ("I'm severely allergic to peanuts, so never suggest satay.", "What foods must I avoid for dinner?",
-     "peanuts"),
+    (
+        "I'm severely allergic to peanuts, so never suggest satay.",
+        "What foods must I avoid for dinner?",
+        "peanuts",
+    ),
     ("On flights I prefer window seats.", "What kind of seat should you book for me?", "window"),
     ("My sister Ana lives in Porto.", "Which city is my sibling based in?", "Porto"),
     ("I drive a red Volvo estate.", "What car do I own?", "Volvo"),
@@ -56,7 +59,10 @@ def test_a_paraphrase_said_a_minute_ago_is_in_the_reply_of_the_same_cortex_run(t
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "DAGSTER_"))}
     env["CORTEX_HOME"] = str(home)
     done = subprocess.run(
-        [sys.executable, "-m", "cortex_pipelines.cli", "run"], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "cortex_pipelines.cli", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -114,6 +120,10 @@ def test_no_turn_is_embedded_twice_and_indexing_keeps_the_brains_vectors(setting
             encoded.extend(texts)
             return real.encode_few(texts)
 
+        def encode_batch(self, texts):
+            encoded.extend(texts)
+            return real.encode_batch(texts)
+
     Brain(db, settings, OfflineClient(), embedder=Counting()).drain()
     by_brain = list(encoded)
     assert len(by_brain) == len({*by_brain})
@@ -159,8 +169,11 @@ def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CORTEX_", "DAGSTER_"))}
     env["CORTEX_HOME"] = str(home)
     done = subprocess.run(
-        [sys.executable, "-m", "cortex_pipelines.cli", "run", "--demo"], env=env, capture_output=True,
-        text=True, timeout=600,
+        [sys.executable, "-m", "cortex_pipelines.cli", "run", "--demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     # duckdb 2.0.0 left its module state alive at exit: 39 lines of nanobind leak reports after
@@ -168,9 +181,12 @@ def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
     assert "leaked" not in done.stdout + done.stderr, done.stderr[-3000:]
     from cortex_pipelines.storage import Database
 
-    bus = {ext: (bus_id, text) for ext, bus_id, text in Database(home / "cortex.duckdb").query(
-        "SELECT external_id, id, text FROM bus"
-    )}
+    bus = {
+        ext: (bus_id, text)
+        for ext, bus_id, text in Database(home / "cortex.duckdb").query(
+            "SELECT external_id, id, text FROM bus"
+        )
+    }
     replies = {}
     for path in (home / "outbox").rglob("*.json"):
         body = json.loads(path.read_text())
