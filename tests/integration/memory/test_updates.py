@@ -53,6 +53,15 @@ class Found:
     updated_by: int | None = None
 
 
+def _drain(settings, db, said: list[tuple[str, str]]) -> None:
+    """The owner's messages (text, ISO time) through the inbox and one drain of the offline brain:
+    the live path, nothing materialized."""
+    for n, (text, at) in enumerate(said):
+        drop(settings, "webchat", f"{n}.json", msg("webchat", text, f"said-{n}", timestamp=at))
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+
+
 @pytest.mark.slow
 def test_a_move_announced_later_is_answered_first_and_the_old_home_stays_history(tmp_path):
     """The issue's case through the CLI: Lisbon, ten days later Porto. The reply, recall and the
@@ -105,11 +114,7 @@ def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings,
         ("I moved to Berlin now, the flat in Porto is given up.", "2026-06-05T09:00:00Z"),
         ("where do I live?", "2026-06-06T09:00:00Z"),
     ]
-    for n, (said, at) in enumerate(turns):
-        drop(settings, "webchat", f"{n}.json", msg("webchat", said, f"chain-{n}", timestamp=at))
-    ingest_inbox(settings, db)
-    llm = OfflineClient()
-    Brain(db, settings, llm).drain()
+    _drain(settings, db, turns)
     hits = recall(db, settings, "where do I live", k=3)
     assert "Berlin" in hits[0].text, [h.text for h in hits]
     assert all(
@@ -118,7 +123,7 @@ def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings,
 
 
 def test_an_update_the_write_time_check_missed_is_answered_first_when_one_question_finds_both(settings, db):
-    """ "My doctor put me on cetirizine instead": the write-time check links it to the closest
+    """A doctor "put me on cetirizine instead": the write-time check links it to the closest
     earlier statement, the citalopram (0.51 against the loratadine's 0.48), and leaves the loratadine
     current. Asked about allergies, one question finds the loratadine and the cetirizine: in the same
     drain (nothing materialized), the reply and recall say cetirizine first, and the loratadine
@@ -129,10 +134,7 @@ def test_an_update_the_write_time_check_missed_is_answered_first_when_one_questi
         ("My doctor put me on cetirizine instead.", "2026-05-05T09:00:00Z"),
         ("what do I take for my allergies?", "2026-05-06T09:00:00Z"),
     ]
-    for n, (text, at) in enumerate(said):
-        drop(settings, "webchat", f"{n}.json", msg("webchat", text, f"allergy-{n}", timestamp=at))
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
+    _drain(settings, db, said)
     linked = db.query("SELECT s.content FROM statement_updates u JOIN session s ON s.id = u.old_session_id")
     assert ("I take loratadine for hay fever.",) not in linked, "the write-time check found it: no case"
 
