@@ -137,6 +137,8 @@ class HashEmbedder:
             out[i] = vector / np.linalg.norm(vector)
         return out
 
+    encode_batch = encode  # what the memory assets call
+
 
 class CountingClient:
     """Wraps the offline client, counts calls, and dies at before_llm/after_llm."""
