@@ -261,7 +261,8 @@ def recall(
     hits = _facts_stand_for_their_turns(hits, config)
     hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
     hits.sort(key=lambda h: h.score, reverse=True)
-    _changes_first(hits, k, settings, embedder, config)
+    if qvec is not None:  # a query matched by keywords alone compares nothing by meaning
+        _changes_first(hits, k, settings, embedder, config)
     return hits[:k]
 
 

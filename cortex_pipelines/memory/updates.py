@@ -195,8 +195,8 @@ def co_recalled_updates(
     same_attribute_min_cosine: float,
 ) -> list[tuple[Ranked, Ranked]]:
     """Updates the write-time check missed, seen at query time: a statement announcing a change
-    ("I switched to oat cortados these days") found by the same question as an earlier statement of
-    the owner ranked above it in the top k ("My usual order is a flat white"). The question is the
+    ("My doctor put me on cetirizine instead") found by the same question as an earlier statement of
+    the owner ranked above it in the top k ("I take loratadine for hay fever"). The question is the
     subject they share that the change's own search could not see, so they must only be close in
     meaning at the (lower) thresholds given. Either may be a fact drawn from one statement (a fact
     is the owner's). `hits` are best first; returns (newer, older) pairs, at most one per change,
