@@ -206,14 +206,14 @@ def co_recalled_updates(
     for rank, new in enumerate(hits[:k]):
         if (
             len(new.sources) != 1
+            or new.at is None
             or new.updated_by is not None
             or new.channel in NOT_STATEMENTS
             or (new.fact_id is None and not is_owner(new.channel or "", new.sender))
             or not announces_change(new.text)
         ):
             continue
-        above = [h for h in hits[:rank] if id(h) not in claimed and h.at is not None and new.at is not None]
-        earlier = [h for h in above if h.at < new.at]
+        earlier = [h for h in hits[:rank] if id(h) not in claimed and h.at is not None and h.at < new.at]
         if found := superseded_statement(
             new.text, new.sources[0], earlier, is_owner, encode, min_cosine, same_attribute_min_cosine
         ):

@@ -149,6 +149,24 @@ def test_an_update_the_write_time_check_missed_is_answered_first_when_one_questi
     assert all(h.updated_by is None for h in hits if "loratadine" in h.text)
 
 
+@pytest.mark.slow
+def test_cortex_recall_answers_the_newer_medication_first_when_the_write_time_check_missed_it(tmp_path):
+    """The same case as the user meets it: `cortex send`, `cortex run`, then `cortex recall` in a new
+    process (everything materialized): the cetirizine comes first and the loratadine is not marked."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("--now", "-40d", "send", "webchat", "I take loratadine for hay fever.", home=home)
+    cortex("--now", "-30d", "send", "webchat", "I take 20mg of citalopram every morning.", home=home)
+    cortex("--now", "-1d", "send", "webchat", "My doctor put me on cetirizine instead.", home=home)
+    cortex("run", home=home)
+    hits = _json(cortex("recall", "what do I take for my allergies?", "-k", "5", "--json", home=home))
+    texts = [h["text"] for h in hits]
+    assert texts.index("My doctor put me on cetirizine instead.") < texts.index(
+        "I take loratadine for hay fever."
+    ), texts
+    assert all("updated_by" not in h for h in hits if "loratadine" in h["text"]), hits
+
+
 def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
     """The query-time check (real embedder): a newer change goes ahead of an earlier statement the
     question also found only when the two are close in meaning: "I take the car to the garage on
