@@ -25,6 +25,7 @@ from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
+from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
 from cortex_pipelines.memory.recall_config import preset
@@ -38,6 +39,7 @@ from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.checkpoints import record_checkpoint
 from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
+from cortex_pipelines.text import never_an_answer
 
 Log = Callable[[str], None]
 
@@ -284,6 +286,9 @@ class Brain:
                 k=config.update_candidates,
                 exclude_sources={session_id},
             )
+            found += self._statements_naming_the_same(
+                msg.text, session_id, found, config.update_attribute_candidates
+            )
             old = superseded_statement(
                 msg.text,
                 session_id,
@@ -309,6 +314,24 @@ class Brain:
         self.log(
             f"message {msg.id} updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
         )
+
+    def _statements_naming_the_same(
+        self, text: str, session_id: int, found: list[Hit], limit: int
+    ) -> list[Hit]:
+        """The earlier statements that name an attribute the change names ("policy" and "car
+        insurance": insurance), most recent first, that recall did not find: recall searches by the
+        change's words and meaning, and "We went with Admiral when the policy renewed" shares
+        neither with "Our car insurance is with Aviva" (cosine 0.24)."""
+        named = attributes_of(text)
+        if not named or not limit:
+            return []
+        rows = self.db.run(updates.earlier_statements_matching, session_id, naming_any(named), limit)
+        seen = {s for hit in found for s in hit.sources}
+        return [
+            Hit(r["text"], 0.0, "episodic", [r["id"]], r["channel"], r["at"], sender=r["sender"])
+            for r in rows
+            if r["id"] not in seen and not never_an_answer(r["text"]) and named & attributes_of(r["text"])
+        ]
 
     def _embed(self, msg: BusMessage) -> tuple[tuple[str, np.ndarray, np.ndarray] | None, np.ndarray | None]:
         """Write-through indexing: the turn's vectors as episodic indexing would store them, and

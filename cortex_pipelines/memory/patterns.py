@@ -166,3 +166,14 @@ ATTRIBUTES: list[tuple[str, re.Pattern[str]]] = [
 def attributes_of(text: str) -> frozenset[str]:
     """The attributes of the user's life a statement names ("I bank with Barclays": money)."""
     return frozenset(attribute for attribute, pattern in ATTRIBUTES if pattern.search(text))
+
+
+_LOOKAROUND = re.compile(r"\(\?<?[=!][^()]*\)")
+
+
+def naming_any(attributes: frozenset[str]) -> str:
+    """One regex for DuckDB (RE2, which has no lookaround) matching every text that names any of the
+    attributes, and a few more: lookarounds are dropped, so `attributes_of` decides."""
+    return "|".join(
+        _LOOKAROUND.sub("", rx) for _, attribute, rx in _ATTRIBUTE_ROWS if attribute in attributes
+    )

@@ -53,9 +53,16 @@ class RecallConfig:
     # 0.36 (with a "school" that meant "friend since school", since excluded); true pairs sharing
     # none scored 0.54-0.66, false ones up to 0.49 (small talk: "on my way out the door now" /
     # "brb, someone's at the door", 0.44 with "I just got home").
+    # Besides the `update_candidates` recall finds, the `update_attribute_candidates` latest earlier
+    # statements naming an attribute the change names are compared: "We went with Admiral when the
+    # policy renewed" shares no word with "Our car insurance is with Aviva" (0.24), and its search
+    # found five others. With them, at 0.2 for a shared attribute (0.3 before), the tune half's
+    # true links went 27 -> 31 with the same 2 false ones, and current-value-first 75.0/80.6/80.6 ->
+    # 80.6/88.9/86.1 (reply/live/settled); the check half stayed 69.4/72.2/72.2.
     update_min_cosine: float = 0.5
-    update_same_attribute_min_cosine: float = 0.3
+    update_same_attribute_min_cosine: float = 0.2
     update_candidates: int = 5
+    update_attribute_candidates: int = 20
     # The same check at query time, for a change and an earlier statement one question found both
     # of in its top `co_recalled_update_window`: the shared question is evidence the write-time
     # search lacked. Only their order changes (memory/recall.py `_changes_first`).
