@@ -23,7 +23,7 @@ TEXTS = (
     "Dinner with Sam is at the vegetarian place on Friday.",
     "Keep in mind that the client prefers calls after 10.",
 )
-QUESTION = "Where is the passport renewal form?"  # every 50th message: a memory_query tool round
+QUESTION = "Where is the passport renewal form?"  # every 25th message: a memory_query tool round
 
 
 def message(channel: str, seq: int) -> dict:
@@ -32,7 +32,7 @@ def message(channel: str, seq: int) -> dict:
         "channel": channel,
         "sender": "maya",
         "external_id": f"{channel}-{seq:04d}",
-        "text": f"[{seq:04d}] {QUESTION if seq % 50 == 49 else TEXTS[seq % len(TEXTS)]}",
+        "text": f"[{seq:04d}] {QUESTION if seq % 25 == 24 else TEXTS[seq % len(TEXTS)]}",
         "timestamp": datetime.now(UTC).isoformat(),
     }
 

@@ -239,7 +239,7 @@ def test_ctrl_c_stops_an_answering_cortex_run_and_the_next_run_answers_the_rest(
     with exit 1. Now it stops within seconds with exit 130 and one line saying what is left."""
     home = tmp_path / "home"
     env = _env(home)
-    total = 300
+    total = 100  # answered at several a second: SIGINT lands with most still queued
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
     _inbox_batch(home, total)
     proc = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

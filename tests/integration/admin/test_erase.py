@@ -8,6 +8,7 @@ snapshots, a distinctive string is erased, and then no file under CORTEX_HOME ho
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,17 @@ def test_erase_refuses_while_a_run_is_in_flight_and_says_how_long_one_lingers(tm
     assert read_only(home, "SELECT count(*) FROM bus")[0][0] == 1
 
 
+@pytest.fixture(scope="module")
+def one_pending_message(tmp_path_factory) -> Path:
+    """A home holding one ingested message, made once through the CLI; each case erases in a copy."""
+    home = tmp_path_factory.mktemp("erase") / "home"
+    cortex("init", home=home)
+    batch = home.parent / "one.json"
+    batch.write_text(json.dumps({"channel": "webchat", "text": "I prefer window seats", "sender": "maya"}))
+    cortex("ingest", str(batch), home=home)
+    return home
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -133,13 +145,10 @@ def test_erase_refuses_while_a_run_is_in_flight_and_says_how_long_one_lingers(tm
     ],
 )
 def test_bad_input_is_one_line_and_changes_nothing(
-    tmp_path: Path, args: tuple[str, ...], needle: str
+    tmp_path: Path, one_pending_message: Path, args: tuple[str, ...], needle: str
 ) -> None:
     home = tmp_path / "home"
-    cortex("init", home=home)
-    batch = tmp_path / "one.json"
-    batch.write_text(json.dumps({"channel": "webchat", "text": "I prefer window seats", "sender": "maya"}))
-    cortex("ingest", str(batch), home=home)
+    shutil.copytree(one_pending_message, home)
 
     proc = cortex("erase", *args, home=home, check=False)
     assert proc.returncode == 2, proc
