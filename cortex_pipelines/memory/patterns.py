@@ -169,11 +169,23 @@ def attributes_of(text: str) -> frozenset[str]:
 
 
 _LOOKAROUND = re.compile(r"\(\?<?[=!][^()]*\)")
+# RE2's \b knows only ASCII letters ("café", "Ärztin" would not match): a boundary before a word
+# becomes "start or a character that is no letter", one after it "end or such a character".
+_BOUNDARY = re.compile(r"\\b")
+_NOT_A_LETTER = r"[^\p{L}\p{N}_]"
+
+
+def _re2(rx: str) -> str:
+    rx = _LOOKAROUND.sub("", rx)
+
+    def boundary(match: re.Match) -> str:
+        before = match.start() == 0 or rx[match.start() - 1] in "(|:"
+        return f"(?:^|{_NOT_A_LETTER})" if before else f"(?:$|{_NOT_A_LETTER})"
+
+    return _BOUNDARY.sub(boundary, rx)
 
 
 def naming_any(attributes: frozenset[str]) -> str:
-    """One regex for DuckDB (RE2, which has no lookaround) matching every text that names any of the
-    attributes, and a few more: lookarounds are dropped, so `attributes_of` decides."""
-    return "|".join(
-        _LOOKAROUND.sub("", rx) for _, attribute, rx in _ATTRIBUTE_ROWS if attribute in attributes
-    )
+    """One regex for DuckDB (RE2: no lookaround, an ASCII-only \\b) matching every text that names
+    any of the attributes, and a few more: lookarounds are dropped, so `attributes_of` decides."""
+    return "|".join(_re2(rx) for _, attribute, rx in _ATTRIBUTE_ROWS if attribute in attributes)

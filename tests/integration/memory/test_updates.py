@@ -11,6 +11,7 @@ from datetime import datetime
 import duckdb
 import pytest
 
+from bench.paraphrase import load_distractors, load_updates
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
@@ -18,6 +19,7 @@ from cortex_pipelines.llm.anthropic_client import AnthropicClient
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.extract import InjectedText, extract_offline
+from cortex_pipelines.memory.patterns import ATTRIBUTES, attributes_of, naming_any
 from cortex_pipelines.memory.pipeline import extract_new_facts
 from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.recall_config import RecallConfig
@@ -324,6 +326,28 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
 )
 def test_which_statements_announce_a_change(text, announces):
     assert announces_change(text) is announces
+
+
+def test_duckdb_finds_every_statement_naming_an_attribute():
+    """The attribute scan runs in DuckDB (RE2, no lookaround): each attribute's regex must compile
+    there and match at least every text `attributes_of` says names it (a bad one would fail the
+    message being answered)."""
+    texts = [p[key] for p in load_updates() for key in ("old", "new")]
+    texts += [d["text"] for d in load_distractors()] + ["Ich wohne jetzt in Hamburg.", "Mein Hausarzt"]
+    attributes = sorted({a for a, _ in ATTRIBUTES})
+    with duckdb.connect() as con:
+        for attribute in attributes:
+            pattern = naming_any(frozenset({attribute}))
+            matched = {
+                t
+                for (t,) in con.execute(
+                    "SELECT t FROM unnest(?::VARCHAR[]) AS u(t) WHERE regexp_matches(t, ?, 'i')",
+                    [texts, pattern],
+                ).fetchall()
+            }
+            named = {t for t in texts if attribute in attributes_of(t)}
+            assert named, attribute  # the sample names every attribute at least once
+            assert named <= matched, (attribute, named - matched)
 
 
 def test_the_subject_leaves_out_the_change_words():
