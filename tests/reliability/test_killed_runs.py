@@ -289,7 +289,7 @@ def _dead(pid: int) -> bool:
 @pytest.mark.timeout(600)
 def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path):
     home = tmp_path / "home"
-    total = 120
+    total = 60  # enough that answering goes on long after the kill
     with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
         _inbox_batch(home, total)
         run_id, pid = wait_for(lambda: _run_worker_pid(home), 180, "a process_messages run worker")
