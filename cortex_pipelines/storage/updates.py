@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
 
 def record(con, old_session_id: int, new_session_id: int, cosine: float | None) -> bool:
@@ -118,17 +120,16 @@ def reopen_facts(con) -> list[int]:
 
 def earlier_statements_matching(con, before_id: int, pattern: str, limit: int) -> list[dict]:
     """The user's most recent turns before `before_id` whose text matches `pattern` (an RE2
-    regex, case-insensitive), not yet superseded nor behind a forgotten fact: where an update finds
-    the statement it replaces when the two share what they are about ("our car insurance is with
-    Aviva" for "we went with Admiral when the policy renewed") but not the words recall searches by."""
-    rows = con.execute(
-        """
-        SELECT id, content, channel, sender, ts FROM session
+    regex, case-insensitive), not yet superseded nor forgotten: where an update finds the statement
+    it replaces when the two share what they are about ("our car insurance is with Aviva" for "we
+    went with Admiral when the policy renewed") but not the words recall searches by."""
+    cur = con.execute(
+        f"""
+        SELECT id, content AS text, channel, sender, ts AS at FROM session
         WHERE role = 'user' AND id < ? AND regexp_matches(content, ?, 'i')
-          AND id NOT IN (SELECT old_session_id FROM statement_updates)
-          AND id NOT IN (SELECT DISTINCT unnest(sources) FROM facts WHERE status = 'forgotten')
+          AND id NOT IN (SELECT old_session_id FROM statement_updates) AND {NOT_FORGOTTEN}
         ORDER BY id DESC LIMIT ?
         """,
         [before_id, pattern, limit],
-    ).fetchall()
-    return [dict(zip(("id", "text", "channel", "sender", "at"), row, strict=True)) for row in rows]
+    )
+    return dict_rows(cur)

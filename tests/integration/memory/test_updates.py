@@ -151,27 +151,30 @@ def test_an_update_the_write_time_check_missed_is_answered_first_when_one_questi
     assert all(h.updated_by is None for h in hits if "loratadine" in h.text)
 
 
+# A change that shares no word with the statement it replaces, among statements sharing its words.
+INSURANCE_CHANGE = [
+    ("Our home insurance is with Direct Line.", "2026-01-05T09:00:00Z"),
+    ("The gym renewed my membership automatically.", "2026-02-01T09:00:00Z"),
+    ("My passport was renewed when I turned thirty.", "2026-02-02T09:00:00Z"),
+    ("The library renewed my books when I asked.", "2026-02-03T09:00:00Z"),
+    ("LV Stores has a sale on coats.", "2026-02-04T09:00:00Z"),
+    ("The council renewed the parking permits when the year began.", "2026-02-05T09:00:00Z"),
+    ("Our lease renewed when the landlord agreed to it.", "2026-02-06T09:00:00Z"),
+    ("We renewed our vows when we turned fifty.", "2026-02-07T09:00:00Z"),
+    ("My LV jacket tore when I fell off the bike.", "2026-02-08T09:00:00Z"),
+    ("The magazine subscription renewed when I forgot to stop it.", "2026-02-09T09:00:00Z"),
+    ("The warranty on the boiler renewed when it was serviced.", "2026-02-10T09:00:00Z"),
+    ("We went with LV when the policy renewed.", "2026-05-05T09:00:00Z"),
+    ("who insures our house?", "2026-05-06T09:00:00Z"),
+]
+
+
 def test_a_change_sharing_only_its_attribute_updates_the_statement_its_words_do_not_find(settings, db):
     """The change "We went with LV when the policy renewed" shares no word with "Our home insurance
     is with Direct Line" (cosine 0.31), and the write-time search by its words finds five other
     statements first. Both name insurance ("policy", "insurance"): the earlier statements naming it
     are candidates too, so the link is made, and in the same drain the house's insurer is LV first."""
-    said = [
-        ("Our home insurance is with Direct Line.", "2026-01-05T09:00:00Z"),
-        ("The gym renewed my membership automatically.", "2026-02-01T09:00:00Z"),
-        ("My passport was renewed when I turned thirty.", "2026-02-02T09:00:00Z"),
-        ("The library renewed my books when I asked.", "2026-02-03T09:00:00Z"),
-        ("LV Stores has a sale on coats.", "2026-02-04T09:00:00Z"),
-        ("The council renewed the parking permits when the year began.", "2026-02-05T09:00:00Z"),
-        ("Our lease renewed when the landlord agreed to it.", "2026-02-06T09:00:00Z"),
-        ("We renewed our vows when we turned fifty.", "2026-02-07T09:00:00Z"),
-        ("My LV jacket tore when I fell off the bike.", "2026-02-08T09:00:00Z"),
-        ("The magazine subscription renewed when I forgot to stop it.", "2026-02-09T09:00:00Z"),
-        ("The warranty on the boiler renewed when it was serviced.", "2026-02-10T09:00:00Z"),
-        ("We went with LV when the policy renewed.", "2026-05-05T09:00:00Z"),
-        ("who insures our house?", "2026-05-06T09:00:00Z"),
-    ]
-    _drain(settings, db, said)
+    _drain(settings, db, INSURANCE_CHANGE)
     linked = db.query(
         "SELECT o.content, n.content FROM statement_updates u "
         "JOIN session o ON o.id = u.old_session_id JOIN session n ON n.id = u.new_session_id"
@@ -180,6 +183,27 @@ def test_a_change_sharing_only_its_attribute_updates_the_statement_its_words_do_
     hits = recall(db, settings, "who insures our house?", k=5)
     assert "LV" in hits[0].text, [h.text for h in hits]
     assert any("Direct Line" in h.text and h.updated_by == hits[0].sources[0] for h in hits[1:])
+
+
+@pytest.mark.slow
+def test_cortex_recall_names_the_new_insurer_first_after_a_batch_a_connector_dropped(tmp_path):
+    """The same case as the user meets it: the statements arrive as one connector batch
+    (`cortex ingest`), one `cortex run` answers them and materializes memory, and `cortex recall` in
+    a new process names LV first, with Direct Line kept and marked as updated by it."""
+    home = tmp_path / "home"
+    batch = tmp_path / "said.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "user", "text": text, "timestamp": at}) + "\n"
+            for text, at in INSURANCE_CHANGE[:-1]
+        )
+    )
+    cortex("ingest", str(batch), home=home)
+    cortex("run", home=home)
+    hits = _json(cortex("recall", "who insures our house?", "-k", "5", "--json", home=home))
+    assert "LV" in hits[0]["text"], hits
+    direct_line = next(h for h in hits if "Direct Line" in h["text"])
+    assert direct_line["updated_by"] in hits[0]["sources"], hits
 
 
 @pytest.mark.slow
