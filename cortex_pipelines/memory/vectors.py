@@ -8,10 +8,13 @@ version moves; LanceDB's own vector search serves the write path (dedupe against
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import threading
 import time
+import types
 import warnings
 from collections.abc import Iterable
 from datetime import timedelta
@@ -69,6 +72,34 @@ SCHEMAS = {
 }
 
 
+# lancedb imports model classes from this package, whose __init__ also imports its REST API classes:
+# about 370 methods wrapped in pydantic's validate_call, 1.5-2 s of start-up on 2 cores in every
+# process that touches memory. Cortex never talks to a REST namespace.
+_REST_CLIENT = "lance_namespace_urllib3_client"
+
+
+@cache
+def import_lancedb() -> types.ModuleType:
+    """Import lancedb with the REST client package's __init__ deferred until something reads one of
+    its attributes; its submodules (the models lancedb uses) import as usual."""
+    spec = importlib.util.find_spec(_REST_CLIENT)
+    if spec is not None and spec.origin and _REST_CLIENT not in sys.modules:
+        package = types.ModuleType(_REST_CLIENT)
+        package.__spec__, package.__file__ = spec, spec.origin
+        package.__path__ = list(spec.submodule_search_locations or [])
+
+        def run_deferred_init(name: str):
+            del package.__getattr__
+            exec(compile(Path(spec.origin).read_text(), spec.origin, "exec"), package.__dict__)
+            return getattr(package, name)
+
+        package.__getattr__ = run_deferred_init
+        sys.modules[_REST_CLIENT] = package
+    import lancedb
+
+    return lancedb
+
+
 def _conflict(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(word in text for word in ("conflict", "retryable", "concurrent", "commit"))
@@ -96,8 +127,7 @@ class VectorStore:
 
     def _db(self):
         if self._conn is None:
-            import lancedb
-
+            lancedb = import_lancedb()
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._conn = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         return self._conn

@@ -20,7 +20,6 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import lancedb
 import pytest
 from dagster import materialize
 
@@ -29,7 +28,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_path
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, EXTRACTION_CURSOR, index_episodes, sync_facts
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, import_lancedb
 from cortex_pipelines.resources import EmbedderResource, cortex_resources
 from cortex_pipelines.storage import Database, cursors, utcnow
 from cortex_pipelines.storage import facts as fact_store
@@ -142,7 +141,8 @@ def template(tmp_path_factory) -> Path:
 def lance_rows(path: Path, name: str) -> list[dict]:
     """A full scan of a table through a fresh connection: every data file is read."""
     return (
-        lancedb.connect(str(path))
+        import_lancedb()
+        .connect(str(path))
         .open_table(name)
         .to_arrow()
         .select(["id", "text", "status"] if name == SEMANTIC else ["id", "text"])

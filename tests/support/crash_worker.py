@@ -266,13 +266,12 @@ def ingest_pass(home: str, kill_point: str, n: int) -> None:
 def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
     """index_episodes, sync_facts or extract_new_facts, with the kill point patched into
     VectorStore.upsert."""
-    import lancedb  # noqa: F401 - imported up front, so a timer measures LanceDB's work, not its import
-
     from cortex_pipelines.config import load_settings
     from cortex_pipelines.memory import pipeline
-    from cortex_pipelines.memory.vectors import VectorStore
+    from cortex_pipelines.memory.vectors import VectorStore, import_lancedb
     from cortex_pipelines.storage import Database
 
+    import_lancedb()  # up front, so a timer measures LanceDB's work, not its import
     upsert, ensure_vector_index = VectorStore.upsert, VectorStore.ensure_vector_index
     calls = {"upsert": 0}
     timer = kill_point.endswith("_timer")
