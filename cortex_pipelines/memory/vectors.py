@@ -78,26 +78,42 @@ SCHEMAS = {
 _REST_CLIENT = "lance_namespace_urllib3_client"
 
 
-@cache
+_import_lock = threading.Lock()
+
+
 def import_lancedb() -> types.ModuleType:
     """Import lancedb with the REST client package's __init__ deferred until something reads one of
     its attributes; its submodules (the models lancedb uses) import as usual."""
-    spec = importlib.util.find_spec(_REST_CLIENT)
-    if spec is not None and spec.origin and _REST_CLIENT not in sys.modules:
-        package = types.ModuleType(_REST_CLIENT)
-        package.__spec__, package.__file__ = spec, spec.origin
-        package.__path__ = list(spec.submodule_search_locations or [])
-
-        def run_deferred_init(name: str):
-            del package.__getattr__
-            exec(compile(Path(spec.origin).read_text(), spec.origin, "exec"), package.__dict__)
-            return getattr(package, name)
-
-        package.__getattr__ = run_deferred_init
-        sys.modules[_REST_CLIENT] = package
-    import lancedb
+    with _import_lock:
+        spec = importlib.util.find_spec(_REST_CLIENT)
+        if spec is not None and spec.origin and _REST_CLIENT not in sys.modules:
+            sys.modules[_REST_CLIENT] = _with_deferred_init(spec)
+        import lancedb
 
     return lancedb
+
+
+def _with_deferred_init(spec) -> types.ModuleType:
+    """The package, with its __init__ run in place the first time one of its attributes is read."""
+    package = types.ModuleType(spec.name)
+    package.__spec__, package.__file__ = spec, spec.origin
+    package.__path__ = list(spec.submodule_search_locations or [])
+    init_lock = threading.RLock()  # other threads wait for the init; its own lookups go through
+    started = []
+
+    def run_deferred_init(name: str):
+        with init_lock:
+            if not started:
+                started.append(True)
+                exec(compile(Path(spec.origin).read_text(), spec.origin, "exec"), package.__dict__)
+                del package.__getattr__
+        try:
+            return package.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module {spec.name!r} has no attribute {name!r}") from None
+
+    package.__getattr__ = run_deferred_init
+    return package
 
 
 def _conflict(exc: BaseException) -> bool:
