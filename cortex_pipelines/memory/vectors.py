@@ -96,8 +96,8 @@ def import_lancedb() -> types.ModuleType:
 def _with_deferred_init(spec) -> types.ModuleType:
     """The package, with its __init__ run in place the first time one of its attributes is read."""
     package = types.ModuleType(spec.name)
-    package.__spec__, package.__file__ = spec, spec.origin
-    package.__path__ = list(spec.submodule_search_locations or [])
+    package.__spec__, package.__loader__, package.__file__ = spec, spec.loader, spec.origin
+    package.__package__, package.__path__ = spec.name, list(spec.submodule_search_locations or [])
     init_lock = threading.RLock()  # other threads wait for the init; its own lookups go through
     started = []
 
