@@ -98,14 +98,16 @@ def _with_deferred_init(spec) -> types.ModuleType:
     package = types.ModuleType(spec.name)
     package.__spec__, package.__loader__, package.__file__ = spec, spec.loader, spec.origin
     package.__package__, package.__path__ = spec.name, list(spec.submodule_search_locations or [])
-    init_lock = threading.RLock()  # other threads wait for the init; its own lookups go through
-    started = []
+    # The hook stays until the init has run, so another thread's lookup waits here for it; the
+    # init's own lookups (same thread) pass the re-entrant lock and find what is defined so far.
+    init_lock = threading.RLock()
+    started = threading.Event()
 
     def run_deferred_init(name: str):
         with init_lock:
-            if not started:
-                started.append(True)
-                exec(compile(Path(spec.origin).read_text(), spec.origin, "exec"), package.__dict__)
+            if not started.is_set():
+                started.set()
+                spec.loader.exec_module(package)
                 del package.__getattr__
         try:
             return package.__dict__[name]
