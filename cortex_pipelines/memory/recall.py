@@ -33,6 +33,7 @@ from cortex_pipelines.memory.fusion import (
     with_neighbours,
     with_session,
 )
+from cortex_pipelines.memory.patterns import attributes_of
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.snapshot import Snapshot
@@ -262,7 +263,7 @@ def recall(
     hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
     hits.sort(key=lambda h: h.score, reverse=True)
     if qvec is not None:  # a query matched by keywords alone compares nothing by meaning
-        _changes_first(hits, k, settings, embedder, config)
+        _changes_first(hits, query, k, settings, embedder, config)
     return hits[:k]
 
 
@@ -335,7 +336,7 @@ def _current_first(
 
 
 def _changes_first(
-    hits: list[Hit], k: int, settings: Settings, embedder: Embedder, config: RecallConfig
+    hits: list[Hit], query: str, k: int, settings: Settings, embedder: Embedder, config: RecallConfig
 ) -> None:
     """Updates the write-time check missed, seen because one question found both statements near
     the top (memory/updates.py): the newer moves to just ahead of the older one it updates. Only the
@@ -354,6 +355,8 @@ def _changes_first(
         encode,
         config.co_recalled_update_min_cosine,
         config.co_recalled_update_same_attribute_min_cosine,
+        attributes_of(query),
+        config.co_recalled_update_asked_attribute_min_cosine,
     ):
         del hits[next(i for i, h in enumerate(hits) if h is new)]
         hits.insert(next(i for i, h in enumerate(hits) if h is old), new)

@@ -200,14 +200,19 @@ def co_recalled_updates(
     encode: Callable[[list[str]], np.ndarray],
     min_cosine: float,
     same_attribute_min_cosine: float,
+    asked: frozenset[str],
+    asked_attribute_min_cosine: float,
 ) -> list[tuple[Ranked, Ranked]]:
     """Updates the write-time check missed, seen at query time: a statement announcing a change
     ("My doctor put me on cetirizine instead") found by the same question as an earlier statement of
     the owner ranked above it in the top k ("I take loratadine for hay fever"). The question is the
     subject they share that the change's own search could not see, so they must only be close in
-    meaning at the (lower) thresholds given. Either may be a fact drawn from one statement (a fact
-    is the owner's). `hits` are best first; returns (newer, older) pairs, at most one per change,
-    none for a memory already updated."""
+    meaning at the (lower) thresholds given; when the question names an attribute (`asked`, from
+    `attributes_of`) that both name ("what's my usual coffee order?": "My usual order is a flat
+    white", "I switched to oat cortados"), the question has said what they share, and only
+    `asked_attribute_min_cosine` is needed, among those first. Either may be a fact drawn from one
+    statement (a fact is the owner's). `hits` are best first; returns (newer, older) pairs, at most
+    one per change, none for a memory already updated."""
     pairs = []
     claimed: set[int] = set()
     for rank, new in enumerate(hits[:k]):
@@ -221,7 +226,20 @@ def co_recalled_updates(
         ):
             continue
         earlier = [h for h in hits[:rank] if id(h) not in claimed and h.at is not None and h.at < new.at]
-        if found := superseded_statement(
+        shared = asked & attributes_of(new.text)
+        on_asked = [h for h in earlier if shared & attributes_of(h.text)]
+        if found := (
+            on_asked
+            and superseded_statement(
+                new.text,
+                new.sources[0],
+                on_asked,
+                is_owner,
+                encode,
+                asked_attribute_min_cosine,
+                asked_attribute_min_cosine,
+            )
+        ) or superseded_statement(
             new.text, new.sources[0], earlier, is_owner, encode, min_cosine, same_attribute_min_cosine
         ):
             old = next(h for h in earlier if list(h.sources) == found[0])

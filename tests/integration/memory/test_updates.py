@@ -209,19 +209,34 @@ def test_cortex_recall_names_the_new_insurer_first_after_a_batch_a_connector_dro
 @pytest.mark.slow
 def test_cortex_recall_answers_the_newer_medication_first_when_the_write_time_check_missed_it(tmp_path):
     """The same case as the user meets it: `cortex send`, `cortex run`, then `cortex recall` in a new
-    process (everything materialized): the cetirizine comes first and the loratadine is not marked."""
+    process (everything materialized): the cetirizine comes first and the loratadine is not marked.
+    So does the new coffee order, which shares neither words nor much meaning with the old one
+    (cosine 0.16 without the change words), when the question names what both are about."""
     home = tmp_path / "home"
     cortex("init", home=home)
     cortex("--now", "-40d", "send", "webchat", "I take loratadine for hay fever.", home=home)
+    cortex("--now", "-35d", "send", "webchat", "My usual order is a flat white.", home=home)
     cortex("--now", "-30d", "send", "webchat", "I take 20mg of citalopram every morning.", home=home)
     cortex("--now", "-1d", "send", "webchat", "My doctor put me on cetirizine instead.", home=home)
+    cortex("--now", "-1d", "send", "webchat", "I switched to oat cortados these days.", home=home)
     cortex("run", home=home)
-    hits = _json(cortex("recall", "what do I take for my allergies?", "-k", "5", "--json", home=home))
-    texts = [h["text"] for h in hits]
-    assert texts.index("My doctor put me on cetirizine instead.") < texts.index(
-        "I take loratadine for hay fever."
-    ), texts
-    assert all("updated_by" not in h for h in hits if "loratadine" in h["text"]), hits
+
+    def first_of(question: str, newer: str, older: str) -> None:
+        hits = _json(cortex("recall", question, "-k", "5", "--json", home=home))
+        texts = [h["text"] for h in hits]
+        assert texts.index(newer) < texts.index(older), texts
+        assert all("updated_by" not in h for h in hits if h["text"] == older), hits
+
+    first_of(
+        "what do I take for my allergies?",
+        "My doctor put me on cetirizine instead.",
+        "I take loratadine for hay fever.",
+    )
+    first_of(
+        "what's my usual coffee order?",
+        "I switched to oat cortados these days.",
+        "My usual order is a flat white.",
+    )
 
 
 def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
@@ -237,7 +252,7 @@ def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
     class Ranked(Found):
         at: datetime | None = None
 
-    def pairs(*hits: Ranked) -> list[tuple[str, str]]:
+    def pairs(*hits: Ranked, question: str = "") -> list[tuple[str, str]]:
         found = co_recalled_updates(
             list(hits),
             config.co_recalled_update_window,
@@ -245,6 +260,8 @@ def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
             encode,
             config.co_recalled_update_min_cosine,
             config.co_recalled_update_same_attribute_min_cosine,
+            attributes_of(question),
+            config.co_recalled_update_asked_attribute_min_cosine,
         )
         return [(new.text, old.text) for new, old in found]
 
@@ -258,6 +275,15 @@ def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
     assert pairs(cetirizine, loratadine) == []  # already first
     stranger = Ranked(loratadine.text, [1], sender="stranger", at=loratadine.at)
     assert pairs(stranger, cetirizine) == []
+    # Too far apart in meaning on their own; a question naming what both are about joins them,
+    # and one about something else does not.
+    flat_white = Ranked("My usual order is a flat white.", [4], at=datetime(2026, 1, 5))
+    cortados = Ranked("I switched to oat cortados these days.", [5], at=datetime(2026, 5, 5))
+    assert pairs(flat_white, cortados) == []
+    assert pairs(flat_white, cortados, question="what's my usual coffee order?") == [
+        (cortados.text, flat_white.text)
+    ]
+    assert pairs(flat_white, cortados, question="where do I live?") == []
 
 
 def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(
