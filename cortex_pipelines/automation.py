@@ -51,5 +51,7 @@ def after_input(cron: str, resets: tuple[str, ...]) -> AutomationCondition:
         ),
     )
     return (
-        AutomationCondition.cron_tick_passed(cron) & recent & ~AutomationCondition.in_progress()
+        AutomationCondition.cron_tick_passed(cron)
+        & recent
+        & ~AutomationCondition.in_progress()
     ).with_label(f"after_input({cron})")

@@ -561,7 +561,9 @@ def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "ask
 
 
 @app.command()
-def unforget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
+def unforget(
+    fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user"
+) -> None:
     """Undo a forget: the fact, and the messages it came from, are recalled again."""
     db, settings = _memory_db()
     _say(_memory(control.unforget, db, settings, fact_id, CLI, reason).line())

@@ -24,7 +24,7 @@ _DELEGATE = re.compile(
 )
 # The offline provider cannot tell which fact a request to forget means: it says how, not "Noted."
 _CANNOT_FORGET = (
-    'I can\'t forget from a chat message without a model. Find the fact with `cortex recall "..."`, '
+    "I can't forget from a chat message without a model. Find the fact with `cortex recall \"...\"`, "
     "then run `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`)."
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)

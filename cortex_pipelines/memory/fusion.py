@@ -115,9 +115,7 @@ def with_neighbours(episodes: dict[int, Candidate], config: RecallConfig) -> dic
 def with_session(
     episodes: dict[int, Candidate], scores: dict[int, float], config: RecallConfig
 ) -> dict[int, float]:
-    """Scores lifted by how well the turn's conversation (same channel, same day) matched as a whole,
-    judged by its turns that can be answers unless `session_from_questions`: a day of the user's
-    questions about work is no conversation about work."""
+    """Scores lifted by how well the turn's conversation (same channel, same day) matched as a whole."""
 
     def key(i):
         at = episodes[i].row.get("stated_at")
@@ -125,11 +123,8 @@ def with_session(
 
     by_session: dict = defaultdict(list)
     for i, s in scores.items():
-        if config.session_from_questions or not never_an_answer(episodes[i].row["text"]):
-            by_session[key(i)].append(s)
-    strength = defaultdict(float)  # a day of nothing but questions lends nothing
-    for k, session_scores in by_session.items():
-        strength[k] = sum(sorted(session_scores, reverse=True)[: config.session_top])
+        by_session[key(i)].append(s)
+    strength = {k: sum(sorted(v, reverse=True)[: config.session_top]) for k, v in by_session.items()}
     return {i: s + config.session_share * strength[key(i)] for i, s in scores.items()}
 
 

@@ -37,11 +37,6 @@ class RecallConfig:
     # Each turn gains this share of the top `session_top` scores of its conversation (channel, day).
     session_share: float = 0.35
     session_top: int = 3
-    # Whether the user's questions count in how well a conversation matched. They are never answers,
-    # and a day of questions about work lifted that day's every remark mentioning work. Without them:
-    # update set tune current-value-first 83.3/91.7/86.1 -> 80.6/91.7/91.7 (reply/live/settled);
-    # paraphrase tune 76.2/78.6/78.6 and LoCoMo tune R@5/R@10 74.2/84.4 unchanged.
-    session_from_questions: bool = False
     # A fact from at most this many turns is one memory with them.
     merge_max_sources: int = 2
     # Pseudo-relevance feedback: words shared by the best turns widen a second full-text search.
@@ -93,7 +88,6 @@ CONVERSATION = RecallConfig(
     fts_coverage=False,
     vector_closeness=False,
     neighbours_in_dialogue=False,
-    session_from_questions=True,
 )
 
 PRESETS: dict[str, RecallConfig] = {

@@ -87,12 +87,8 @@ def test_random_sigkills_of_cortex_run_never_wedge_the_instance(tmp_path):
     kills = []
     for n in range(KILLS):
         proc = subprocess.Popen(
-            _cortex("run"),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            text=True,
+            _cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, text=True,
         )
         # Startup (imports, the model) takes several seconds; the drain and the memory assets
         # follow. Kill anywhere in there.
@@ -153,12 +149,8 @@ cli.app()
 def _kill_cortex_run_once_its_run_is_recorded(env: dict) -> str:
     """SIGKILL the real `cortex run` right after Dagster records its run; that run's id."""
     paused = subprocess.Popen(
-        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        [sys.executable, "-c", _PAUSE_AFTER_RUN_CREATED], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     said = []
     while (line := paused.stdout.readline()) and not line.startswith("CREATED "):
@@ -204,26 +196,14 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     total = 300  # the first run must outlast the start-up of the two waiting ones
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
     _inbox_batch(home, total)
-    first = subprocess.Popen(
-        _cortex("run"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    first = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
     waiting: dict[signal.Signals, subprocess.Popen] = {}
     try:
         wait_for(lambda: _bus_states(home).get("completed", 0) > 0, 120, "the first run to answer")
         waiting = {
-            sig: subprocess.Popen(
-                _cortex("run"),
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
-            )
+            sig: subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, start_new_session=True)
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
         for sig, second in waiting.items():
@@ -262,14 +242,8 @@ def test_ctrl_c_stops_an_answering_cortex_run_and_the_next_run_answers_the_rest(
     total = 100  # answered at several a second: SIGINT lands with most still queued
     subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
     _inbox_batch(home, total)
-    proc = subprocess.Popen(
-        _cortex("run"),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     try:
         wait_for(lambda: _bus_states(home).get("completed", 0) >= 3, 180, "the run to answer a few")
         sent = time.monotonic()
@@ -344,10 +318,8 @@ def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path):
             return status["bus"]["completed"] == total
 
         wait_for(all_answered, 300, "every message answered after the kill")
-        print(
-            f"killed run {run_id[:8]} (pid {pid}) after {answered_at_kill} answers; answering "
-            f"resumed {resumed_in:.1f}s later, all {total} after {time.monotonic() - killed_at:.1f}s"
-        )
+        print(f"killed run {run_id[:8]} (pid {pid}) after {answered_at_kill} answers; answering "
+              f"resumed {resumed_in:.1f}s later, all {total} after {time.monotonic() - killed_at:.1f}s")
         with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
             dead = instance.get_run_by_id(run_id)
             assert dead.status == DagsterRunStatus.FAILURE

@@ -427,11 +427,7 @@ def test_a_relative_cortex_home_is_taken_from_the_folder_the_command_runs_in(tmp
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            cli_argv(*args),
-            env=cli_env(Path("my-home")),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
+            cli_argv(*args), env=cli_env(Path("my-home")), cwd=tmp_path, capture_output=True, text=True,
             timeout=CALL_TIMEOUT_S,
         )
 

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -153,40 +152,6 @@ def test_recall_finds_an_unindexed_turn_by_meaning_and_never_returns_a_question(
         hits = recall(db, settings, question, k=3)
         assert hits and term in hits[0].text, (question, [h.text for h in hits])
         assert not [h for h in hits if h.text in questions], (question, [h.text for h in hits])
-
-
-@pytest.mark.slow
-def test_a_day_of_the_users_questions_does_not_lift_that_days_small_talk_over_the_answer(tmp_path):
-    """Twenty days after "I work at Siemens in Munich", a day of questions about work and a few
-    remarks that only mention work; then, from a new process, "who is my employer?". The questions
-    are never answers, and they no longer make their day's conversation look like a match as a
-    whole: before, they lifted "My brother's new job sounds stressful" and "Work drinks are on
-    Friday" over Siemens."""
-    now = datetime.now(UTC).replace(microsecond=0)
-    said = [("I work at Siemens in Munich.", now - timedelta(days=20))]
-    today = [
-        "what's my role at work?",
-        "Work drinks are on Friday this week.",
-        "who is my boss?",
-        "The office printer jammed again.",
-        "what's my job title again?",
-        "My brother's new job sounds stressful.",
-        "who does my brother work for?",
-    ]
-    said += [(text, now - timedelta(hours=2, minutes=-5 * n)) for n, text in enumerate(today)]
-    batch = tmp_path / "said.jsonl"
-    batch.write_text(
-        "".join(
-            json.dumps({"channel": "webchat", "sender": "user", "text": text, "timestamp": at.isoformat()})
-            + "\n"
-            for text, at in said
-        )
-    )
-    home = tmp_path / "home"
-    cortex("ingest", str(batch), home=home)
-    cortex("run", home=home)
-    hits = json.loads(cortex("recall", "who is my employer?", "-k", "3", "--json", home=home).stdout)
-    assert hits[0]["text"] == "I work at Siemens in Munich.", [h["text"] for h in hits]
 
 
 DEMO_ANSWERS = {

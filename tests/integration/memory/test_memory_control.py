@@ -85,7 +85,9 @@ def through(door: str, settings, db, request: Request) -> Answer:
 
 
 def _facts(db) -> list[tuple]:
-    return db.query("SELECT id, text, status, importance, category, categories FROM facts ORDER BY id")
+    return db.query(
+        "SELECT id, text, status, importance, category, categories FROM facts ORDER BY id"
+    )
 
 
 def _lance(settings) -> dict[int, dict]:

@@ -404,10 +404,7 @@ def test_cortex_recall_on_a_new_home_answers_without_embedding_the_query(tmp_pat
     run = [sys.executable, "-m", "cortex_pipelines.cli"]
     assert subprocess.run([*run, "init"], env=env, capture_output=True, timeout=120).returncode == 0
     out = subprocess.run(
-        [*run, "recall", "where is the boathouse key", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
+        [*run, "recall", "where is the boathouse key", "--json"], capture_output=True, text=True, env=env,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
