@@ -44,6 +44,20 @@ CHANGE = re.compile(
     re.IGNORECASE,
 )
 
+# "This year" after a perfect of "be" spans a time, it does not start one: "she's been a huge help
+# this year" (which superseded "My doctor's practice is the Riverside Clinic"), "I've been to Rome
+# twice this month". "Since May" does start one ("I've been vegan since May") and still counts.
+SPAN_AFTER_PERFECT = re.compile(r"\bbeen\b.*\bthis (year|month|week|term|season)\b", re.IGNORECASE)
+
+
+def says_change(sentence: str) -> bool:
+    """Whether a sentence has a change word (CHANGE) that marks a change there."""
+    return any(
+        not (m.group().lower().startswith("this ") and SPAN_AFTER_PERFECT.search(sentence, 0, m.end()))
+        for m in CHANGE.finditer(sentence)
+    )
+
+
 # The change must be the user's own: a sentence about themselves ("I moved", "my new", "we
 # switched"), or one that opens with the change and leaves the subject out, as chat does
 # ("Switched to a Galaxy", "New number: …"). "The client moved the call to 3pm" is news, not an
@@ -91,7 +105,7 @@ def announces_change(text: str) -> bool:
     if never_an_answer(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
         return False
     return any(
-        CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or NAMED_CHANGE.match(s))
+        says_change(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or NAMED_CHANGE.match(s))
         for s in split_sentences(text)
     )
 
@@ -100,7 +114,7 @@ def changed_person(text: str) -> str | None:
     """Whom a change is about when the user tells it of someone else by name ("Anna moved to
     Bristol": Anna), None when it is about the user."""
     sentences = split_sentences(text)
-    if any(CHANGE.search(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s)) for s in sentences):
+    if any(says_change(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s)) for s in sentences):
         return None
     return next((m.group(1) for s in sentences if (m := NAMED_CHANGE.match(s))), None)
 

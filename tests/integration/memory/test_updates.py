@@ -370,6 +370,11 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("Lately I take the train to work.", True),
         ("I'm on a different inhaler, Symbicort.", True),
         ("Our daughter goes to St Anne's this year.", True),
+        # a span of time after "been" is how long something held, not when it changed
+        ("My therapist is Dr. Kahnwald; she's been a huge help this year.", False),
+        ("I've been to Rome twice this month with the kids.", False),
+        ("I've been vegan since May, it's going well.", True),  # "since" starts the span
+        ("This year I've been cycling to the office.", True),
         ("I stopped by the bakery for croissants.", True),  # flagged; only closeness links it
         ("This is the best pasta I've had.", False),  # "this" without a span of time
     ],
