@@ -44,6 +44,13 @@ CHANGE = re.compile(
     re.IGNORECASE,
 )
 
+# A correction speaks for the user without saying "I": "Oops, correction: the Rome flight is at 7pm,
+# not 5pm", "Actually mum's birthday is March 13th". It may correct any statement of the owner's.
+CORRECTION = re.compile(
+    r"\b(correction|i meant|scratch that|my mistake|i was wrong|i misspoke)\b"
+    r"|^\W*(?:oops\W+|sorry\W+)?actually\b|,\s*not\s+[\w:.]+\s*[.!]*$",
+    re.IGNORECASE,
+)
 # "This year" after a perfect of "be" spans a time, it does not start one: "she's been a huge help
 # this year" (which superseded "My doctor's practice is the Riverside Clinic"), "I've been to Rome
 # twice this month". "Since May" does start one ("I've been vegan since May") and still counts.
@@ -51,8 +58,9 @@ SPAN_AFTER_PERFECT = re.compile(r"\bbeen\b.*\bthis (year|month|week|term|season)
 
 
 def says_change(sentence: str) -> bool:
-    """Whether a sentence has a change word (CHANGE) that marks a change there."""
-    return any(
+    """Whether a sentence corrects what was said (CORRECTION) or has a change word (CHANGE) that
+    marks a change there."""
+    return bool(CORRECTION.search(sentence)) or any(
         not (m.group().lower().startswith("this ") and SPAN_AFTER_PERFECT.search(sentence, 0, m.end()))
         for m in CHANGE.finditer(sentence)
     )
@@ -69,7 +77,8 @@ FIRST_PERSON = re.compile(
 OPENERS = r"(?:just|recently|finally|also|now|today|yesterday|officially|so|well|ok|okay)"
 OPENS_WITH_CHANGE = re.compile(
     rf"^\W*(?:{OPENERS}\s+)?"
-    r"(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new)\b",
+    r"(switched|moved|changed|started|joined|quit|dropped|cancell?ed|sold|replaced|swapped|new|"
+    r"got|bought|ditched|traded|upgraded|relocated|transferred)\b",
     re.I,
 )
 # Or about someone the user told about, by name, as the sentence's subject ("Anna moved to
@@ -82,6 +91,23 @@ NAMED_CHANGE = re.compile(
     # now, he left his old job", not "Paris is in chaos now" (which superseded "I work in Paris")
     r"|(?=.*\b(?:he|she|his|her|him)\b)(?:'s| is) (?:at|in|with|working)\b.*"
     r"\b(?:now|these days|no longer|any ?more)\b)"
+)
+# Someone close to the user as the sentence's subject ("My parents just moved to Malaga", "My best
+# friend Jess started a new job at Google", "Our neighbours switched to a new dentist"): their news,
+# unless the user is in it too ("My wife and I moved", "My doctor put me on cetirizine").
+RELATIONS = (
+    r"friends?|parents|mum|mom|mother|dad|father|brothers?|sisters?|siblings|sons?|daughters?|kids|"
+    r"children|child|wife|husband|partner|boyfriend|girlfriend|fianc[eé]e?|neighbou?rs?|boss|manager|"
+    r"colleagues?|co-?workers?|flatmates?|roommates?|housemates?|cousins?|aunt|uncle|niece|nephew|"
+    r"grandma|grandmother|grandpa|grandfather|grandparents|in-laws|family"
+)
+RELATION_SUBJECT = re.compile(
+    rf"^\W*(?i:(?:{OPENERS}|oh|btw|fyi|and|but|guess what)\W+)*(?i:my|our)\s+"
+    r"(?i:(?:best|oldest|youngest|older|younger|little|big|baby|twin)\s+)*"
+    rf"(?P<relation>(?i:{RELATIONS}))\b(?:,?\s+(?P<name>[A-Z][\w-]+))?"
+)
+USER_PRONOUN = re.compile(
+    r"\b(i|i'm|i've|i'd|i'll|me|myself|we|we're|we've|we'll|us|ich|mich|mir|wir|uns)\b", re.I
 )
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
 NOT_STATEMENTS = frozenset({"cron", "router"})
@@ -105,18 +131,47 @@ def announces_change(text: str) -> bool:
     if never_an_answer(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
         return False
     return any(
-        says_change(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or NAMED_CHANGE.match(s))
+        says_change(s)
+        and (
+            FIRST_PERSON.search(s)
+            or OPENS_WITH_CHANGE.match(s)
+            or NAMED_CHANGE.match(s)
+            or CORRECTION.search(s)
+        )
         for s in split_sentences(text)
     )
 
 
-def changed_person(text: str) -> str | None:
-    """Whom a change is about when the user tells it of someone else by name ("Anna moved to
-    Bristol": Anna), None when it is about the user."""
-    sentences = split_sentences(text)
-    if any(says_change(s) and (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s)) for s in sentences):
+def _news_of(sentence: str) -> str | None:
+    """Whom a sentence is news of when someone close to the user is its subject and the user is not
+    in it: their name when it gives one ("My best friend Jess …": Jess), else the relation."""
+    m = RELATION_SUBJECT.match(sentence)
+    if m is None or USER_PRONOUN.search(sentence, m.end()):
         return None
-    return next((m.group(1) for s in sentences if (m := NAMED_CHANGE.match(s))), None)
+    return m.group("name") or m.group("relation")
+
+
+def changed_person(text: str) -> str | None:
+    """Whom a change is about when the user tells it of someone else, by name ("Anna moved to
+    Bristol": Anna) or as their subject ("My parents just moved to Malaga": parents); None when it
+    is about the user."""
+    changes = [s for s in split_sentences(text) if says_change(s)]
+    if any(
+        (FIRST_PERSON.search(s) or OPENS_WITH_CHANGE.match(s) or CORRECTION.search(s)) and not _news_of(s)
+        for s in changes
+    ):
+        return None
+    for sentence in split_sentences(text):
+        if named := NAMED_CHANGE.match(sentence):
+            return named.group(1)
+        if sentence in changes and (person := _news_of(sentence)):
+            return person
+    return None
+
+
+def corrects(text: str) -> bool:
+    """Whether a statement corrects what the user said ("Sorry, I meant Sunday")."""
+    return any(CORRECTION.search(s) for s in split_sentences(text))
 
 
 def subject_of(text: str) -> str:
@@ -163,12 +218,13 @@ def superseded_statement(
         and (
             m.fact_id is not None
             or (
-                is_owner(m.channel or "", m.sender) and (FIRST_PERSON.search(m.text) or attributes_of(m.text))
+                is_owner(m.channel or "", m.sender)
+                and (FIRST_PERSON.search(m.text) or attributes_of(m.text) or corrects(new_text))
             )
         )
     ]
     if person := changed_person(new_text):
-        earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text)]
+        earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text, re.IGNORECASE)]
     else:  # and the user's own change never supersedes news of someone else ("Tom's at Spotify now")
         earlier = [m for m in earlier if changed_person(m.text) is None]
     if not earlier:

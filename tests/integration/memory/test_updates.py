@@ -25,6 +25,7 @@ from cortex_pipelines.memory.recall import recall
 from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.updates import (
     announces_change,
+    changed_person,
     co_recalled_updates,
     newest_successors,
     subject_of,
@@ -239,6 +240,68 @@ def test_cortex_recall_answers_the_newer_medication_first_when_the_write_time_ch
     )
 
 
+def test_news_of_the_users_family_and_friends_leaves_the_users_own_facts_current(tmp_path):
+    """ "My parents just moved to Malaga" is the parents' news: "where do I live?" still answers
+    Edinburgh, unmarked, and the parents' old home is what it updates. A chat-style change with no
+    "I" ("Bought a Tesla …, sold the Fiesta") is the user's own."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    for text in (
+        "I live in Edinburgh, near the Meadows.",
+        "I work at Fernwood Analytics.",
+        "My car is an old Ford Fiesta.",
+        "My parents live in Leeds.",
+    ):
+        cortex("--now", "-20d", "send", "webchat", text, "--sender", "maya", home=home)
+    for text in (
+        "My parents just moved to Malaga for their retirement.",
+        "My best friend Jess started a new job at Google.",
+        "Bought a Tesla Model 3 on Saturday, sold the Fiesta.",
+    ):
+        cortex("--now", "-3d", "send", "webchat", text, "--sender", "maya", home=home)
+    cortex("run", home=home)
+
+    def hits(question: str) -> list[dict]:
+        return _json(cortex("recall", question, "-k", "5", "--json", home=home))
+
+    home_hits = hits("where do I live?")
+    edinburgh = next(h for h in home_hits if "Edinburgh" in h["text"])
+    assert "updated_by" not in edinburgh, home_hits
+    assert not any("updated_by" in h for h in hits("where do I work?") if "Fernwood" in h["text"])
+    parents = hits("where do my parents live?")
+    assert "Malaga" in parents[0]["text"], parents
+    assert any("Leeds" in h["text"] and "updated_by" in h for h in parents), parents
+    car = [h["text"] for h in hits("what car do I drive?")]
+    assert car.index("Bought a Tesla Model 3 on Saturday, sold the Fiesta.") < car.index(
+        "My car is an old Ford Fiesta."
+    ), car
+
+
+def test_a_correction_a_moment_later_is_answered_first(tmp_path):
+    """Corrections rarely say "I": "Oops, correction: …, not 5pm", "Sorry, I meant Sunday …",
+    "Actually mum's birthday is …". Each supersedes what it corrects, in the same batch."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    for text in (
+        "My flight to Rome is at 5pm on Friday.",
+        "Dinner with the Hendersons is on Saturday at 8.",
+        "My mum's birthday is March 3rd.",
+        "Oops, correction: the Rome flight is at 7pm, not 5pm.",
+        "Sorry, I meant Sunday for the Hendersons dinner.",
+        "Actually mum's birthday is March 13th, I always mix it up.",
+    ):
+        cortex("--now", "-2h", "send", "webchat", text, home=home)
+    cortex("--now", "-2h", "run", home=home)
+    for question, current in (
+        ("What time do I fly to Rome?", "7pm"),
+        ("When is dinner with the Hendersons?", "Sunday"),
+        ("When's my mother's birthday?", "March 13th"),
+    ):
+        hits = _json(cortex("recall", question, "-k", "5", "--json", home=home))
+        assert current in hits[0]["text"], (question, hits)
+        assert any("updated_by" in h for h in hits[1:]), (question, hits)
+
+
 def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
     """The query-time check (real embedder): a newer change goes ahead of an earlier statement the
     question also found only when the two are close in meaning: "I take the car to the garage on
@@ -375,6 +438,11 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         ("I've been to Rome twice this month with the kids.", False),
         ("I've been vegan since May, it's going well.", True),  # "since" starts the span
         ("This year I've been cycling to the office.", True),
+        # corrections, and chat that leaves the "I" out
+        ("Oops, correction: the Rome flight is at 7pm, not 5pm.", True),
+        ("Actually mum's birthday is March 13th.", True),
+        ("Got an iPhone 15 yesterday, finally ditched the Pixel.", True),
+        ("Is it Tuesday, not Monday?", False),
         ("I stopped by the bakery for croissants.", True),  # flagged; only closeness links it
         ("This is the best pasta I've had.", False),  # "this" without a span of time
     ],
@@ -403,6 +471,23 @@ def test_duckdb_finds_every_statement_naming_an_attribute():
             named = {t for t in texts if attribute in attributes_of(t)}
             assert named, attribute  # the sample names every attribute at least once
             assert named <= matched, (attribute, named - matched)
+
+
+@pytest.mark.parametrize(
+    ("text", "person"),
+    [
+        ("My parents just moved to Malaga for their retirement.", "parents"),
+        ("My best friend Jess started a new job at Google.", "Jess"),
+        ("Our neighbours switched to a new dentist, Dr. Reyes.", "neighbours"),
+        ("Anna moved to Bristol for a hospital job.", "Anna"),
+        ("My wife and I moved to Porto last week.", None),  # the user is in it
+        ("My doctor put me on cetirizine instead.", None),
+        ("I moved to Porto last week.", None),
+        ("My sister lives in York.", None),  # no change: nobody's news
+    ],
+)
+def test_whose_change_a_statement_tells(text, person):
+    assert changed_person(text) == person
 
 
 def test_the_subject_leaves_out_the_change_words():
