@@ -10,24 +10,36 @@ from datetime import UTC, datetime, timedelta
 
 _OFFSET = re.compile(r"^([+-])(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Far enough for any demo; much further and date arithmetic overflows (+99999999d ended in an
+# OverflowError traceback).
+_MAX_SHIFT = timedelta(days=1000 * 365)
 
 
 class ClockError(ValueError):
     """CORTEX_NOW is neither an ISO timestamp nor an offset like +2m."""
 
 
+def _too_far(value: str) -> ClockError:
+    return ClockError(f"CORTEX_NOW: {value[:40]!r} moves the clock more than 1000 years")
+
+
 def _parse(value: str) -> timedelta | datetime:
     value = value.strip()
     if match := _OFFSET.match(value):
-        sign = -1 if match.group(1) == "-" else 1
-        return timedelta(seconds=sign * float(match.group(2)) * _UNIT_S[match.group(3)])
+        seconds = float(match.group(2)) * _UNIT_S[match.group(3)]
+        if seconds > _MAX_SHIFT.total_seconds():
+            raise _too_far(value)
+        return timedelta(seconds=-seconds if match.group(1) == "-" else seconds)
     try:
         pinned = datetime.fromisoformat(value)
     except ValueError:
         raise ClockError(
-            f"CORTEX_NOW: {value!r} is neither an ISO timestamp nor an offset like +2m, -1h, +3d"
+            f"CORTEX_NOW: {value[:40]!r} is neither an ISO timestamp nor an offset like +2m, -1h, +3d"
         ) from None
-    return pinned if pinned.tzinfo else pinned.replace(tzinfo=UTC)
+    pinned = pinned if pinned.tzinfo else pinned.replace(tzinfo=UTC)
+    if abs(pinned - datetime.now(UTC)) > _MAX_SHIFT:
+        raise _too_far(value)
+    return pinned
 
 
 def as_offset(value: str) -> str:

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -277,6 +278,27 @@ class Settings(BaseSettings):
 
         preset(name)  # raises with the list of presets
         return name
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, name: str) -> str:
+        """An unknown zone passed `cortex status`, then failed every run, and the third failure
+        marked the message failed as if its run had died."""
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as "America"
+            raise ValueError(f"unknown timezone {name!r} (use an IANA name like Europe/Berlin)") from None
+        return name
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _model_folder(cls, model: str) -> str:
+        """A path that names no model folder fails here, not at the first run's embedding. A model
+        name is looked up in the Hugging Face cache only when the model loads."""
+        looks_like_path = model.startswith(("/", "~", ".")) or model.count("/") > 1
+        if looks_like_path and not os.path.isdir(model):
+            raise ValueError(f"{model!r} is not a model folder (give a folder or a model name)")
+        return model
 
     @field_validator("channel_modes", "sender_allowlist")
     @classmethod

@@ -22,6 +22,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
 _EARLIEST = datetime(1990, 1, 1, tzinfo=UTC)
 _FUTURE_SLACK = timedelta(days=1)
+# Metadata is a connector's routing detail (chat, message, op ids), not a payload: 16 KiB is far
+# above what any connector sends, and keeps a message's row small.
+MAX_METADATA_BYTES = 16 * 1024
+# Metadata keys that become a reply's recipient (storage/outbox.py): an id, never a structure.
+_RECIPIENT_KEYS = ("chat_id", "message_id")
 
 
 class EnvelopeError(ValueError):
@@ -69,6 +74,25 @@ def _fmt_error(exc: ValidationError) -> str:
     if first.get("type") == "missing":
         return f"missing field {field!r}"
     return f"field {field!r}: {first.get('msg', 'invalid')}"
+
+
+def _metadata_json(metadata: dict[str, Any]) -> str:
+    """The metadata as strict UTF-8 JSON: a lone surrogate or NaN would pass json.loads here and
+    then fail the bus insert, taking every other file of the pass down with it."""
+    for key in _RECIPIENT_KEYS:
+        value = metadata.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, str | int)):
+            raise EnvelopeError(f"field 'metadata.{key}': must be a string or an integer")
+    try:
+        encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+        size = len(encoded.encode())
+    except UnicodeEncodeError:
+        raise EnvelopeError("field 'metadata': not valid Unicode (a lone surrogate)") from None
+    except ValueError:
+        raise EnvelopeError("field 'metadata': NaN and Infinity are not JSON") from None
+    if size > MAX_METADATA_BYTES:
+        raise EnvelopeError(f"field 'metadata' is {size} bytes, over the {MAX_METADATA_BYTES}-byte limit")
+    return encoded
 
 
 def parse_timestamp(raw: str | None, now: datetime) -> datetime:
@@ -120,6 +144,7 @@ def validate(
     size = len(env.text.encode())
     if size > settings.max_text_bytes:
         raise EnvelopeError(f"text is {size} bytes, over the {settings.max_text_bytes}-byte limit")
+    metadata = _metadata_json(env.metadata)
     if unicodedata.is_normalized("NFC", env.text) is False:
         env = env.model_copy(update={"text": unicodedata.normalize("NFC", env.text)})
     return {
@@ -131,6 +156,6 @@ def validate(
         "priority_rank": PRIORITY_RANK[env.priority],
         "thread": env.thread or env.topic,
         "reply_to": env.reply_to,
-        "metadata": json.dumps(env.metadata, ensure_ascii=False),
+        "metadata": metadata,
         "sent_at": parse_timestamp(env.timestamp, now),
     }

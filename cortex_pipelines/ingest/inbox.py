@@ -13,6 +13,9 @@ stop the others (an entry that cannot even be moved aside is reported and retrie
   and rejected once untouched for _ABANDONED_S: the writer never renamed it;
 - a fresh file that does not parse, or a fresh hard link (a writer between link and unlink), is
   deferred for _SETTLE_S;
+- a file whose rows are in but that changed since it was read, or that another process still has
+  open for writing (a connector appending in place), stays: archived, its later lines would go
+  into .ingested unread. The next pass reads it again; the lines already in are duplicates;
 - stored names stay within NAME_MAX bytes: a longer one keeps its start, a hash of the whole
   name and its suffix.
 """
@@ -20,10 +23,14 @@ stop the others (an entry that cannot even be moved aside is reported and retrie
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import signal
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -94,6 +101,16 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in raw)
 
 
+def _loads(text: str) -> object:
+    """json.loads; its refusal of a very long integer is a plain ValueError, which no caller expects."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise EnvelopeError(f"a JSON number over {sys.get_int_max_str_digits()} digits") from None
+
+
 def decode_values(data: bytes, jsonl: bool) -> list[object]:
     """The JSON values of a file or request body: one, or one per line of a .jsonl."""
     try:
@@ -111,12 +128,12 @@ def decode_values(data: bytes, jsonl: bool) -> list[object]:
             for n, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     try:
-                        values.append(json.loads(line))
+                        values.append(_loads(line))
                     except json.JSONDecodeError as exc:
                         raise UnparsableFile(f"line {n}: invalid JSON: {exc.msg}") from None
             return values
         try:
-            return [json.loads(text)]
+            return [_loads(text)]
         except json.JSONDecodeError as exc:
             raise UnparsableFile(f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
@@ -135,6 +152,13 @@ def _check_file(info: os.stat_result, settings: Settings, single_link: bool) -> 
         raise EnvelopeError(f"file is {info.st_size} bytes, over the {settings.max_file_bytes}-byte limit")
 
 
+_Version = tuple[int, int, int, int]  # device, inode, size, mtime (ns): what was read
+
+
+def _version(info: os.stat_result) -> _Version:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
 def read_file(
     path: Path, settings: Settings, folder_channel: str | None, single_link: bool = False
 ) -> list[dict]:
@@ -142,13 +166,23 @@ def read_file(
 
     single_link (the inbox) refuses a file with other hard links: its other name may be anywhere.
     The checks are repeated on the opened file, which may have been swapped since the lstat."""
+    return _read_version(path, settings, folder_channel, single_link)[0]
+
+
+def _read_version(
+    path: Path, settings: Settings, folder_channel: str | None, single_link: bool
+) -> tuple[list[dict], _Version]:
+    """read_file, with the version of the file the rows came from."""
     _check_file(os.lstat(path), settings, single_link)  # never opens a FIFO or a device
     if path.suffix not in SUFFIXES:
         raise EnvelopeError(f"unsupported file type {path.suffix!r} (use .json or .jsonl)")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
-        _check_file(os.fstat(fd), settings, single_link)
+        info = os.fstat(fd)
+        _check_file(info, settings, single_link)
         data = fh.read(settings.max_file_bytes + 1)
+    # The size read, with the mtime from before reading: a write during the read changes either.
+    version = (info.st_dev, info.st_ino, len(data), info.st_mtime_ns)
     now = clock.now()
     rows = []
     for n, value in enumerate(decode_values(data, path.suffix == ".jsonl"), 1):
@@ -157,7 +191,7 @@ def read_file(
         except EnvelopeError as exc:
             where = f"message {n}: " if path.suffix == ".jsonl" else ""
             raise EnvelopeError(f"{where}{exc}") from None
-    return rows
+    return rows, version
 
 
 def _fit(name: str, room: int) -> str:
@@ -202,6 +236,40 @@ def _reject(path: Path, reason: str, settings: Settings, channel_folder: str) ->
     return True
 
 
+def _open_for_writing(path: Path) -> bool:
+    """Whether another process holds the file open for writing, as a connector appending to a
+    .jsonl in place does: archived now, its later lines would go into the archived file unread.
+    Linux refuses a read lease on such a file; where leases are not available (another system or
+    file system, a file someone else owns) this says False and the version check alone remains."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False  # gone or unreadable: archiving will say
+    try:
+        # A writer opening the file while we hold the lease signals us: SIGURG, ignored by
+        # default, rather than SIGIO, which would kill this process.
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except (AttributeError, OSError) as exc:
+        return getattr(exc, "errno", None) == errno.EAGAIN
+    finally:
+        os.close(fd)  # releases the lease
+    return False
+
+
+def _still_written(path: Path, version: _Version) -> str | None:
+    """Why a file whose rows are in must stay in the inbox a pass longer, or None. Its next read
+    adds only what was appended since: the lines already in are duplicates."""
+    try:
+        if _version(os.lstat(path)) != version:
+            return "it changed while it was read"
+    except FileNotFoundError:
+        return None
+    if _open_for_writing(path):
+        return "a writer still has it open"
+    return None
+
+
 def _archive(path: Path, settings: Settings, channel: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.rename(path, _unique_destination(settings.paths.ingested / channel, path.name))
@@ -218,9 +286,9 @@ def unfinished(name: str, folder: str) -> bool:
     return name.startswith(".") or name.endswith((".tmp", ".part")) or folder.startswith(".")
 
 
-def _read_entry(path: Path, folder: str, settings: Settings) -> list[dict]:
-    """The bus rows of one inbox entry. Raises Deferred to look again next pass, EnvelopeError or
-    OSError to reject it, FileNotFoundError when it is gone."""
+def _read_entry(path: Path, folder: str, settings: Settings) -> tuple[list[dict], _Version]:
+    """The bus rows of one inbox entry and the version they came from. Raises Deferred to look
+    again next pass, EnvelopeError or OSError to reject it, FileNotFoundError when it is gone."""
     info = os.lstat(path)
     if unfinished(path.name, folder):
         if _fresh(info, _ABANDONED_S):
@@ -234,7 +302,7 @@ def _read_entry(path: Path, folder: str, settings: Settings) -> list[dict]:
     if not folder:
         raise EnvelopeError("files belong in inbox/<channel>/, not the inbox root")
     try:
-        return read_file(path, settings, folder_channel=folder, single_link=True)
+        return _read_version(path, settings, folder_channel=folder, single_link=True)
     except Unsettled as exc:
         if _fresh(os.lstat(path), _SETTLE_S):
             raise Deferred(f"still being written ({exc})") from None
@@ -294,12 +362,12 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
     (idempotently, in file order), then archive the good files and reject the bad ones."""
     entries, unlisted = _candidates(settings.paths.inbox)
     report = IngestReport(unlisted)
-    accepted: list[tuple[FileOutcome, str, str, int]] = []  # outcome, folder, source, rows
+    accepted: list[tuple[FileOutcome, str, str, int, _Version]] = []  # outcome, folder, source, rows, version
     rows: list[dict] = []
     for path, folder in entries:
         outcome = FileOutcome(path)
         try:
-            file_rows = _read_entry(path, folder, settings)
+            file_rows, version = _read_entry(path, folder, settings)
         except FileNotFoundError:
             continue  # gone: taken by another ingester, or renamed by its writer
         except Deferred as exc:
@@ -313,14 +381,18 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
         else:
             source = f"inbox/{printable(folder)}/{printable(path.name)}"
             rows += [{**row, "source": source} for row in file_rows]
-            accepted.append((outcome, folder, source, len(file_rows)))
+            accepted.append((outcome, folder, source, len(file_rows), version))
         report.files.append(outcome)
     if not accepted:
         return report
     result = db.run(enqueue_rows, rows, "inbox")
-    for outcome, folder, source, count in accepted:  # only after the commit
+    for outcome, folder, source, count, version in accepted:  # only after the commit
         outcome.accepted = result.inserted_by_source.get(source, 0)
         outcome.duplicates = count - outcome.accepted
+        if why := _still_written(outcome.path, version):
+            outcome.deferred = True
+            outcome.error = f"ingested, but left for the next pass: {why}"
+            continue
         try:
             _archive(outcome.path, settings, folder)
         except OSError as exc:  # its rows are in: the next pass finds them duplicates and retries

@@ -277,3 +277,67 @@ def test_cortex_run_answers_good_files_beside_every_hostile_entry(settings, tmp_
     assert _waiting(settings) == [partial]  # only the file still being written waits
     assert all(not p.exists() for p in good + bad)
     assert all(len(os.fsencode(p.name)) <= NAME_MAX for p in inbox.rglob("*"))
+
+
+# A connector that keeps its .jsonl open and appends a line for each line it reads on stdin.
+APPENDER = """
+import sys
+with open(sys.argv[1], "a") as log:
+    for line in sys.stdin:
+        log.write(line)
+        log.flush()
+        print("written", flush=True)
+"""
+
+
+def test_a_jsonl_appended_in_place_loses_no_line(settings, db):
+    """QA scenario 8: archived while its writer still appended, a file took the later lines with it
+    to .ingested unread. It now stays in the inbox until its writer closes it."""
+    path = settings.paths.inbox / "webchat" / "log.jsonl"
+    path.parent.mkdir(parents=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", APPENDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+    def append(*ids: str) -> None:
+        for ext in ids:
+            writer.stdin.write(json.dumps(msg("webchat", f"line {ext}", ext)) + "\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline() == "written\n"
+
+    append("a1", "a2")
+    first = ingest_inbox(settings, db)
+    append("a3", "a4")
+    second = ingest_inbox(settings, db)
+    writer.stdin.close()
+    assert writer.wait(timeout=30) == 0
+    last = ingest_inbox(settings, db)
+
+    assert [(r.accepted, r.duplicates) for r in (first, second, last)] == [(2, 0), (2, 2), (0, 4)]
+    assert [f.error for f in first.files] == [
+        "ingested, but left for the next pass: a writer still has it open"
+    ]
+    assert last.files[0].error is None and not path.exists()
+    assert db.query("SELECT external_id FROM bus ORDER BY id") == [("a1",), ("a2",), ("a3",), ("a4",)]
+    assert len((settings.paths.ingested / "webchat" / "log.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_line_appended_during_the_commit_is_read_next_pass(settings, db, monkeypatch):
+    """A writer that opens, appends and closes between the read and the archiving: the file's new
+    size says so, and the next pass reads the line."""
+    path = drop(settings, "webchat", "log.jsonl", msg("webchat", "first", "c1"))
+
+    def enqueue_then_append(con, rows, source):
+        with path.open("a") as log:
+            log.write(json.dumps(msg("webchat", "appended meanwhile", "c2")) + "\n")
+        return bus.enqueue_rows(con, rows, source)
+
+    with monkeypatch.context() as patch:
+        patch.setattr("cortex_pipelines.ingest.inbox.enqueue_rows", enqueue_then_append)
+        first = ingest_inbox(settings, db)
+    second = ingest_inbox(settings, db)
+
+    assert [(r.accepted, r.duplicates) for r in (first, second)] == [(1, 0), (1, 1)]
+    assert "it changed while it was read" in first.files[0].error
+    assert not path.exists()
+    assert db.query("SELECT external_id FROM bus ORDER BY id") == [("c1",), ("c2",)]

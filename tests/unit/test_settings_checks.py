@@ -1,0 +1,70 @@
+"""Values that used to pass the settings check and fail later fail up front, with one line naming
+the key: an unknown CORTEX_TIMEZONE (QA scenario 15), a CORTEX_EMBEDDING_MODEL path that is not
+there, and a `--now` that moves the clock past what dates can hold (QA scenario 5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cortex_pipelines.config import load_settings
+from tests.support.cli import cortex
+
+
+def _one_line_failure(proc, start: str) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), proc.stderr
+    return lines[0]
+
+
+def test_an_unknown_timezone_fails_at_once_and_leaves_the_message_waiting(tmp_path):
+    home = tmp_path / "home"
+    queued = Path(cortex("send", "webchat", "first", home=home).stdout.split("queued in ", 1)[1].strip())
+    bad = {"CORTEX_TIMEZONE": "Mars/Olympus"}
+
+    status = cortex("status", home=home, env=bad, check=False)
+    runs = [cortex("run", home=home, env=bad, check=False) for _ in range(3)]
+
+    line = _one_line_failure(status, "cortex: config: CORTEX_TIMEZONE: ")
+    assert "unknown timezone 'Mars/Olympus'" in line
+    for run in runs:
+        _one_line_failure(run, "cortex: config: CORTEX_TIMEZONE: ")
+    # Three refused runs are not three deaths of a processing run: the message still waits.
+    assert queued.is_file()
+    assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["failed"] == 0
+
+
+@pytest.mark.parametrize("zone", ["America", "../etc/passwd", ""])
+def test_a_timezone_that_is_not_a_zone_is_refused(monkeypatch, zone):
+    monkeypatch.setenv("CORTEX_TIMEZONE", zone)
+    with pytest.raises(ValueError, match=r"^CORTEX_TIMEZONE: .*unknown timezone"):
+        load_settings()
+
+
+def test_a_real_timezone_is_accepted(monkeypatch):
+    monkeypatch.setenv("CORTEX_TIMEZONE", "Europe/Berlin")
+    assert load_settings().timezone == "Europe/Berlin"
+
+
+def test_an_embedding_model_path_that_is_not_there_is_refused(tmp_path):
+    missing = tmp_path / "models" / "minilm"
+    proc = cortex("status", home=tmp_path / "home", env={"CORTEX_EMBEDDING_MODEL": str(missing)}, check=False)
+    line = _one_line_failure(proc, "cortex: config: CORTEX_EMBEDDING_MODEL: ")
+    assert str(missing) in line
+
+
+def test_an_embedding_model_folder_or_name_is_accepted_without_loading(tmp_path, monkeypatch):
+    folder = tmp_path / "models" / "minilm"
+    folder.mkdir(parents=True)
+    for model in (str(folder), "sentence-transformers/all-mpnet-base-v2", "all-MiniLM-L6-v2"):
+        monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", model)
+        assert load_settings().embedding_model == model
+
+
+@pytest.mark.parametrize("now", ["+99999999d", "-99999999d", "+" + "9" * 400 + "s", "9999-12-31"])
+def test_a_clock_moved_past_what_dates_hold_fails_in_one_line(tmp_path, now):
+    proc = cortex("--now", now, "status", home=tmp_path / "home", check=False)
+    assert "moves the clock more than 1000 years" in _one_line_failure(proc, "cortex: CORTEX_NOW: ")
