@@ -31,7 +31,7 @@ from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_pat
 from cortex_pipelines.instance import add_owners, dagster_env, init_home, status
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.control import ControlError
-from cortex_pipelines.memory.recall import note_use
+from cortex_pipelines.memory.recall import Hit, note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
@@ -454,6 +454,19 @@ def retry(
 RECALL_SHOWN_CHARS = 300  # a pasted 64 KiB message filled the terminal
 
 
+def _said_by(settings: Settings, hit: Hit) -> str:
+    """Who said a hit, when not the owner (a fact is the owner's), in the brain's words: otherwise a
+    stranger's "I live in Moscow" read as yours."""
+    if hit.fact_id is not None or settings.is_owner(hit.channel or "", hit.sender):
+        return ""
+    return f" · {shorten(hit.sender or 'unknown sender', 40)} (not the owner)"
+
+
+def _no_longer_current(hit: Hit) -> str:
+    """A statement the owner has since updated, marked as the brain's context marks it."""
+    return f"; no longer current: updated in msg {hit.updated_by}" if hit.updated_by else ""
+
+
 @app.command()
 def recall(
     query: str,
@@ -474,7 +487,8 @@ def recall(
         ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
         shown = shorten(hit.text, RECALL_SHOWN_CHARS)  # --json has it whole
         _say(f"{n}. [{hit.tier}] {shown}")
-        _say(f"   {ref}{hit.channel or '?'} {hit.at:%Y-%m-%d}, messages {hit.sources}, score {hit.score:.4f}")
+        where = f"{hit.channel or '?'}{_said_by(settings, hit)} {hit.at:%Y-%m-%d}"
+        _say(f"   {ref}{where}, messages {hit.sources}, score {hit.score:.4f}{_no_longer_current(hit)}")
     if not hits:
         out.print("nothing found")
 
@@ -561,9 +575,7 @@ def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "ask
 
 
 @app.command()
-def unforget(
-    fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user"
-) -> None:
+def unforget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
     """Undo a forget: the fact, and the messages it came from, are recalled again."""
     db, settings = _memory_db()
     _say(_memory(control.unforget, db, settings, fact_id, CLI, reason).line())

@@ -32,12 +32,24 @@ class CompactionReport:
     llm_calls: int = 0
 
 
-def _offline_summary(turns: list[dict], previous: str | None) -> str:
+def _speaker(settings: Settings, turn: dict) -> str:
+    """Who said a turn: "user" only for the owner, so a stranger's words in the snapshot or a summary
+    read as theirs."""
+    if turn["role"] != "user":
+        return "agent"
+    if settings.is_owner(turn["channel"], turn["sender"]):
+        return "user"
+    return f"{one_line(turn['sender'] or 'unknown sender', 40)} (not the owner)"
+
+
+def _offline_summary(turns: list[dict], previous: str | None, settings: Settings) -> str:
     words = Counter(w for t in turns if t["role"] == "user" for w in keywords(t["content"]))
     topics = ", ".join(w for w, _ in words.most_common(5)) or "small talk"
     last = next((t for t in reversed(turns) if t["role"] == "user"), turns[-1])
+    who = _speaker(settings, last)
+    said_by = f"the {who}" if who in ("user", "agent") else who
     line = " ".join(redact_secrets(last["content"]).split())[:120]
-    return f"{len(turns)} recent message(s) about {topics}; last from the user: “{line}”"
+    return f"{len(turns)} recent message(s) about {topics}; last from {said_by}: “{line}”"
 
 
 def _snapshot(path: Path, by_conversation: dict[str, list[dict]], settings: Settings) -> None:
@@ -47,7 +59,7 @@ def _snapshot(path: Path, by_conversation: dict[str, list[dict]], settings: Sett
     for conversation, turns in by_conversation.items():
         lines.append(f"## {one_line(conversation, 80)}")
         for t in turns[-SNAPSHOT_TURNS:]:
-            who = "user" if t["role"] == "user" else "agent"
+            who = _speaker(settings, t)
             lines.append(f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {one_line(t['content'], 300)} (msg {t['id']})")
         lines.append("")
     write_atomic(path, redact("\n".join(lines), settings))
@@ -75,7 +87,7 @@ def compact_idle_conversations(db: Database, settings: Settings, llm: LLMClient 
         turns = by_conversation.get(conversation)
         summary = previous[conversation]
         if turns:
-            summary = _summarize(db, llm, turns[-40:], previous[conversation], report)
+            summary = _summarize(db, settings, llm, turns[-40:], previous[conversation], report)
         report.compacted.append(conversation)
         if summary:
             report.summaries[conversation] = summary
@@ -84,15 +96,22 @@ def compact_idle_conversations(db: Database, settings: Settings, llm: LLMClient 
 
 
 def _summarize(
-    db: Database, llm: LLMClient | None, turns: list[dict], previous: str | None, report: CompactionReport
+    db: Database,
+    settings: Settings,
+    llm: LLMClient | None,
+    turns: list[dict],
+    previous: str | None,
+    report: CompactionReport,
 ) -> str:
     if llm is None:
-        return _offline_summary(turns, previous)
-    convo = "\n".join(f"{'user' if t['role'] == 'user' else 'agent'}: {t['content']}" for t in turns)
+        return _offline_summary(turns, previous, settings)
+    convo = "\n".join(f"{_speaker(settings, t)}: {t['content']}" for t in turns)
     prompt = f"Previous summary: {previous or '(none)'}\n\nTurns:\n{convo}"
     request = LLMRequest(
         SUMMARY_SYSTEM, [{"role": "user", "content": prompt}], purpose="summary", max_tokens=200
     )
     response = complete_recorded(db, llm, request, asset="channel_summaries")
     report.llm_calls += 1
-    return " ".join(redact_secrets(response.text).split())[:500] or _offline_summary(turns, previous)
+    return " ".join(redact_secrets(response.text).split())[:500] or _offline_summary(
+        turns, previous, settings
+    )

@@ -17,8 +17,11 @@ _NOT_REDACTED = r"(?!\[redacted\])"
 # long token with a digit after "is" or a space ("the token is 3f9a…", not "the token is missing").
 _SECRET_WORD = (
     r"(?i:\b(?:api[_ -]?key|access[_ -]?key|secret(?:[_ -]?key)?|client[_ -]?secret|private[_ -]?key"
-    r"|password|passwd|passphrase|pwd|(?:auth|access|refresh|bot)[_ -]?token|token)s?\b)"
+    r"|(?:auth|access|refresh|bot)[_ -]?token|token)s?\b)"
 )
+# A password is short and may be any word: after ":" or "=" whatever follows, after "is" a word with a
+# digit ("the password is hunter2", not "the password is wrong"); English and German.
+_PASSWORD_WORD = r"(?i:\b(?:password|passwort|kennwort|passwd|passphrase|pwd)s?\b)"
 SECRET_PATTERNS = [
     # PEM blocks first, while their lines are still lines; an unterminated one runs to the end.
     re.compile(
@@ -32,7 +35,25 @@ SECRET_PATTERNS = [
     re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
     re.compile(r"(?<![\w:])\d{8,10}:[A-Za-z0-9_-]{35}(?![\w-])"),  # Telegram bot tokens
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWTs
+    re.compile(r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}"),  # Stripe secret and restricted keys
+    re.compile(r"\bAIza[A-Za-z0-9_-]{30,}"),  # Google API keys
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),  # Hugging Face
+    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"),  # GitLab personal access tokens
+    re.compile(r"\bnpm_[A-Za-z0-9]{30,}"),  # npm
+    re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),  # SendGrid
+    # The password of a URL (postgres://admin:PASSWORD@host, redis://:PASSWORD@host).
+    re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:" + _NOT_REDACTED + r"(?P<secret>[^\s/@]+)@"),
     re.compile(r"(?i)\bbearer\s+" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9._~+/=-]{12,})"),
+    re.compile(
+        r"(?i)\bauthorization\s*[:=]\s*[\"']?basic\s+" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9+/=]{4,})"
+    ),
+    re.compile(_PASSWORD_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]+)"),
+    re.compile(
+        _PASSWORD_WORD
+        + r"\s+(?i:is|was|ist|war|lautet)\s+[\"']?"
+        + _NOT_REDACTED
+        + r"(?P<secret>(?=[^\s\"',;]*\d)[^\s\"',;]{4,})"
+    ),
     re.compile(_SECRET_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]{6,})"),
     re.compile(
         _SECRET_WORD

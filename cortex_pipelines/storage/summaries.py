@@ -26,14 +26,15 @@ def idle_foreground_conversations(con, idle_since: datetime) -> list[str]:
 
 def unsummarized(con, conversation: str) -> tuple[str | None, list[dict]]:
     """The conversation's rolling summary (None before the first), and its turns said since it was
-    written (every turn before the first), silences left out, oldest first."""
+    written (every turn before the first), silences left out, oldest first, with who said each."""
     row = con.execute(
         "SELECT summary, updated_at FROM topic_summaries WHERE topic = ?", [conversation]
     ).fetchone()
     previous, since = row if row else (None, None)
     turns = dict_rows(
         con.execute(
-            f"SELECT id, role, content, ts FROM session WHERE {OF_TURN} = ? AND content <> '[silence]' "
+            f"SELECT id, role, channel, sender, content, ts FROM session WHERE {OF_TURN} = ? "
+            "AND content <> '[silence]' "
             f"AND (? IS NULL OR ts > ?) AND {NOT_FORGOTTEN} ORDER BY id",
             [conversation, since, since],
         )
