@@ -52,8 +52,8 @@ class _CortexGroup(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise  # the command has said its line
+        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort):
+            raise  # the command has said its line (typer's own Exit is no click Exit)
         except Exception as exc:
             damage = as_store_damaged(exc, Paths(cortex_home()))
             if damage is None:

@@ -155,6 +155,15 @@ def test_restore_over_a_database_from_a_newer_cortex_asks_for_yes(home):
     assert not list(home.glob("cortex.duckdb.damaged-*"))
 
 
+def test_restore_from_a_file_that_is_no_backup_says_so_and_nothing_about_the_healthy_database(home, tmp_path):
+    """Its one line named the bad backup, then a second said the healthy database was "not a DuckDB
+    file any more": following it would have rolled the database back."""
+    fake = tmp_path / "not-a-backup.duckdb"
+    fake.write_text("not a db")
+    _one_line(cortex("doctor", "--restore", str(fake), "--yes", home=home), "not a readable backup")
+    assert _doctor_lines(cortex("doctor", home=home))["duckdb"].startswith("ok")
+
+
 def test_restore_refuses_while_another_process_holds_the_database(home):
     with held_by_another_process(Paths(home).db):
         proc = cortex("doctor", "--restore", home=home)
