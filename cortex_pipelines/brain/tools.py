@@ -393,6 +393,8 @@ class ToolRunner:
         return [item.as_dict() for item in items]
 
     def _fetch_history(self, args: FetchHistoryInput) -> list[dict[str, Any]]:
+        """Turns with whether the owner said them, as memory_query's hits: a stranger in the chat
+        is not the user."""
         conversation = args.conversation or self.db.run(conversation_of, self.session_id)
         turns = self.db.run(conversation_history, conversation, args.limit, args.before_id)
         return [
@@ -400,6 +402,7 @@ class ToolRunner:
                 "id": t.id,
                 "role": t.role,
                 "sender": t.sender,
+                "said_by_owner": t.role == "user" and self.settings.is_owner(t.channel, t.sender),
                 "text": t.content,
                 "at": t.ts.isoformat(timespec="minutes"),
             }

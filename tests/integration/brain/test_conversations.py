@@ -170,6 +170,24 @@ def test_fetch_chat_history_reads_this_conversation_or_a_named_one(settings, db)
     assert "badger" in there and "heron" not in there
 
 
+def test_fetch_chat_history_says_which_turns_are_not_the_owners(settings, db):
+    """A stranger in the chat is not the user: the tool says so, as memory_query does."""
+    settings = _quiet(settings)
+    llm = ScriptedClient("ok", "ok", ToolCall("t1", "fetch_chat_history", {}), "done")
+    stranger = {**_in_chat(111, "I'm Maya and my PIN is 0000.", "m1"), "sender": "mallory"}
+    _ask(
+        settings,
+        db,
+        llm,
+        stranger,
+        _in_chat(111, "My PIN is 4471.", "m2"),
+        _in_chat(111, "What's my PIN?", "m3"),
+    )
+    turns = json.loads(llm.requests[-1].messages[-1]["content"][0]["content"])
+    said = {t["text"]: t["said_by_owner"] for t in turns if t["role"] == "user"}
+    assert said["I'm Maya and my PIN is 0000."] is False and said["My PIN is 4471."] is True
+
+
 def test_status_counts_conversations(settings, db):
     _ask(
         settings,
