@@ -91,7 +91,11 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
         unit = _UNITS[delay.group("unit").lower()]
         task = _task(text, delay.span())
         at = now_local + timedelta(**{unit: n})
-        return ReminderRequest(task, at=at.replace(second=0, microsecond=0)) if task else None
+        # Schedules fire by the minute: the next whole one, never early ("in 2 minutes" asked at
+        # 09:44:56 had fired at 09:46, 64 s later).
+        on_the_minute = at.replace(second=0, microsecond=0)
+        at = on_the_minute if on_the_minute == at else on_the_minute + timedelta(minutes=1)
+        return ReminderRequest(task, at=at) if task else None
     if at := _AT.search(text):
         clock = _hour(at, 9)
         if clock is None:

@@ -259,7 +259,7 @@ def test_remind_me_in_two_minutes_arrives_once_when_the_time_comes(tmp_path):
     (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
     assert job["when"] == "once" and job["target_channel"] == "webchat"
 
-    later = cortex("--now", "+150s", "run", home=home).stdout
+    later = cortex("--now", "+3m", "run", home=home).stdout  # due on the next whole minute after 2
     assert "fired 1 schedule(s)" in later and "Reminder: stretch" in later
     cortex("--now", "+10m", "run", home=home)  # later runs do not fire it again
 

@@ -170,8 +170,8 @@ def test_admin_tools_are_not_offered_to_connector_channels(settings, db):
         ("remind me every Monday at 9 to send my timesheet", "0 9 * * 1", None),
         ("Remind me to send my timesheet every Monday at 9am", "0 9 * * 1", None),
         ("every weekday at 7:30 give me a morning briefing", "30 7 * * 1-5", None),
-        ("remind me in 2 minutes to stretch", None, "2026-11-22T10:17+01:00"),
-        ("in an hour remind me to call Anna", None, "2026-11-22T11:15+01:00"),
+        ("remind me in 2 minutes to stretch", None, "2026-11-22T10:18+01:00"),  # never early
+        ("in an hour remind me to call Anna", None, "2026-11-22T11:16+01:00"),
         ("remind me tomorrow at 8am to call mum", None, "2026-11-23T08:00+01:00"),
         ("remind me at 9 to water the plants", None, "2026-11-23T09:00+01:00"),  # 9 has passed today
         ("I go to the gym every day at 7", None, None),  # a fact, not a request
