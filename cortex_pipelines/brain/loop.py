@@ -189,6 +189,9 @@ class Brain:
         self._note_update(msg, context.session_id)
         hints = {
             "recalled": [hit.as_dict() for hit in recalled],
+            # The floor's pins, for a model that answers only from hints (the offline provider);
+            # a stranger is never shown the owner's memories.
+            "pinned": context.pinned_texts if speaks_for_owner(self.settings, msg) else [],
             "channel": msg.channel,
             "sender": msg.sender,
             "text": msg.text,

@@ -1,7 +1,7 @@
 """The embedded default: no key, no network, deterministic.
 
-It never invents: questions are answered only with the memories recalled into its context or what
-`memory_query` returns, delegation goes
+It never invents: questions are answered only with the pins they name, the memories recalled into
+its context or what `memory_query` returns, delegation goes
 through `sessions_spawn`, everything else gets a short acknowledgement or silence.
 """
 
@@ -12,8 +12,9 @@ import re
 from datetime import UTC, datetime
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.proactive import english
-from cortex_pipelines.text import QUESTION, asks_to_forget
+from cortex_pipelines.text import asks, asks_to_forget, normalize
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
@@ -24,10 +25,12 @@ _DELEGATE = re.compile(
 )
 # The offline provider cannot tell which fact a request to forget means: it says how, not "Noted."
 _CANNOT_FORGET = (
-    "I can't forget from a chat message without a model. Find the fact with `cortex recall \"...\"`, "
+    'I can\'t forget from a chat message without a model. Find the fact with `cortex recall "..."`, '
     "then run `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`)."
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
+# A stranger's words never become the owner's memory, so they are not promised that.
+_NOT_REMEMBERED = "I can't remember that for you: only the owner's own words become memory."
 _LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
 _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]{8})\b", re.I)
 
@@ -71,17 +74,19 @@ class OfflineClient:
             return _tool(request, "sessions_spawn", {"task": text.strip()})
         if asks_to_forget(text):
             return _reply(request, _CANNOT_FORGET)
-        if QUESTION.search(text) and hints.get("recalled"):
-            return _reply(request, _answer(hints["recalled"]))  # the context's recalled memories
-        if QUESTION.search(text) and "memory_query" in tools:
+        asked = asks(text)
+        pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []
+        if asked and (hints.get("recalled") or pinned):  # the context's recalled memories and pins
+            return _reply(request, _answer(hints.get("recalled") or [], pinned))
+        if asked and "memory_query" in tools:
             return _tool(request, "memory_query", {"query": text.strip(), "limit": 5})
         greeting = _GREETING.match(text)
         if greeting and len(text.split()) <= 4:
             return _reply(request, f"{greeting.group(1).capitalize()}!")
         if hints.get("priority") == "urgent":
             return _reply(request, "Noted — flagged as urgent.")
-        if _REMEMBER.search(text):
-            return _reply(request, "Got it — I'll remember that.")
+        if _REMEMBER.search(text):  # tools act for the owner: without them the sender is a stranger
+            return _reply(request, "Got it — I'll remember that." if request.tools else _NOT_REMEMBERED)
         return _reply(request, "Noted.")
 
     def _after_tools(self, request: LLMRequest, results: list[tuple[str, str]]) -> LLMResponse:
@@ -168,15 +173,30 @@ CLOSE_TO_BEST = 0.75
 QUOTED_MOST = 5
 
 
-def _answer(hits: list) -> str:
-    """Quote the best memory and those close to it, with where and when each was said."""
+def _pins_asked_for(text: str, pins: list[str]) -> list[str]:
+    """The pins a question names: those holding half its words, or two of them, as full-text search
+    counts words ("When does my passport expire?" names "Maya's passport expires 2027-03-01"). The
+    context leaves pins out of its recalled memories, since the floor shows them to a model."""
+    asked = stemmed(text)
+    if not asked:
+        return []
+    need = min(2, len(asked) / 2)
+    return [p for p in pins if len(asked & stemmed(p)) >= need]
+
+
+def _answer(hits: list, pinned: list[str] = ()) -> str:
+    """Quote the pins the question names, then the best memory and those close to it, with where
+    and when each was said."""
     hits = [h for h in hits if isinstance(h, dict) and h.get("text")][:QUOTED_MOST]
     if hits:
         floor = CLOSE_TO_BEST * float(hits[0].get("score") or 0.0)
         hits = hits[:1] + [h for h in hits[1:] if float(h.get("score") or 0.0) >= floor]
-    if not hits:
+    shown = {normalize(p) for p in pinned}
+    lines = [f"- {_quote({'text': p})} (pinned)" for p in pinned]
+    lines += [f"- {_quote(h)}" for h in hits if normalize(str(h["text"])) not in shown]
+    if not lines:
         return "I don't have anything on that yet."
-    return "\n".join(["Here's what I have:", *(f"- {_quote(h)}" for h in hits)])
+    return "\n".join(["Here's what I have:", *lines])
 
 
 def _quote(hit: dict) -> str:

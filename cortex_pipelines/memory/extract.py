@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
-from cortex_pipelines.text import never_an_answer, normalize, own_text, split_sentences
+from cortex_pipelines.text import never_an_answer, normalize, own_text, split_sentences, stated_part
 from cortex_pipelines.turn import Turn
 
 SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
@@ -95,10 +95,12 @@ def extract_offline(
 
 def _statements(turn: Turn, injected: InjectedText) -> list[str]:
     """The turn's own sentences that state something (not injected text, not a question such as
-    "What's my favourite restaurant?")."""
+    "What's my favourite restaurant?"), and what a question states before it asks ("We moved to
+    Bristol, can you update my address?")."""
+    said = [stated_part(s) or s for s in sentences(turn.content)]
     return [
         s
-        for s in sentences(turn.content)
+        for s in said
         if _MIN_CHARS <= len(s) <= _MAX_CHARS and not injected.contains(s) and not never_an_answer(s)
     ]
 

@@ -45,10 +45,17 @@ def speaker_line(sender: str | None, text: str) -> str:
     return f"{sender or 'unknown'}: {text}"
 
 
+# A pasted document is not a turn of chat: 64 KiB of short sentences meant 4,000 vectors, 25 s of
+# a run and 20 MB of DuckDB. Its later sentences are still found through the turn's own vector and
+# full text.
+MAX_SENTENCE_VECTORS = 64
+
+
 def sentence_lines(sender: str | None, text: str) -> list[str]:
-    """Each sentence of a turn of several, with who said it; nothing for a one-sentence turn."""
+    """Each sentence of a turn of several (the first MAX_SENTENCE_VECTORS), with who said it;
+    nothing for a one-sentence turn."""
     sentences = split_sentences(text)
-    return [speaker_line(sender, s) for s in sentences] if len(sentences) > 1 else []
+    return [speaker_line(sender, s) for s in sentences[:MAX_SENTENCE_VECTORS]] if len(sentences) > 1 else []
 
 
 def turn_lines(sender: str | None, text: str, is_user: bool) -> list[str]:
@@ -261,7 +268,7 @@ def extract_new_facts(
     call. Other senders' turns stay in the session as theirs: what they say is never a user fact."""
     cursor = db.run(cursors.read, EXTRACTION_CURSOR)
     latest = db.run(session.latest_id)  # read first: a turn recorded meanwhile is read now or next time
-    rows = db.run(session.inbound_after, cursor)
+    rows = db.run(session.to_extract_after, cursor)
     upto = max(latest, rows[-1][0] if rows else 0)
     turns = [
         Turn(i, "user", ch, who, text, ts) for i, ch, who, text, ts in rows if settings.is_owner(ch, who)

@@ -13,7 +13,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cortex_pipelines.storage import summaries
+from cortex_pipelines.storage import session, summaries
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
@@ -378,12 +378,7 @@ def signals_of(signals: pa.Table, fact_ids: list[int]) -> dict[int, dict]:
 def forgotten_sources(con) -> list[int]:
     """The turns behind facts the user asked to forget: recall leaves them out as well, or the fact
     would come back as the episode it was drawn from."""
-    return [
-        r[0]
-        for r in con.execute(
-            "SELECT DISTINCT unnest(sources) FROM facts WHERE status = 'forgotten'"
-        ).fetchall()
-    ]
+    return [r[0] for r in con.execute(f"SELECT DISTINCT * FROM ({session.FORGOTTEN_TURNS})").fetchall()]
 
 
 def with_categories(con, fact_ids: list[int]) -> list[dict]:

@@ -107,11 +107,15 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
 
 
 # The turns of a session row's query the model may read: not the exchange (message and reply) of a
-# fact the user asked to forget, which it would otherwise answer from while it stays in view.
-_FORGOTTEN_TURNS = "SELECT unnest(sources) FROM facts WHERE status = 'forgotten'"
+# fact the user asked to forget, which it would otherwise answer from while it stays in view. An
+# observation ("usually active between 09:00 and 11:00") is a pattern over dozens of turns, not
+# what they said: forgetting it hid every one of them.
+FORGOTTEN_TURNS = (
+    "SELECT unnest(sources) FROM facts WHERE status = 'forgotten' AND origin IS DISTINCT FROM 'observation'"
+)
 NOT_FORGOTTEN = (
-    f"id NOT IN ({_FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
-    f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({_FORGOTTEN_TURNS})))"
+    f"id NOT IN ({FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
+    f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({FORGOTTEN_TURNS})))"
 )
 
 
@@ -169,6 +173,17 @@ def inbound_after(con, after_id: int) -> list[tuple]:
     """Inbound turns after a cursor, oldest first: (id, channel, sender, content, ts)."""
     return con.execute(
         "SELECT id, channel, sender, content, ts FROM session WHERE role = 'user' AND id > ? ORDER BY id",
+        [after_id],
+    ).fetchall()
+
+
+def to_extract_after(con, after_id: int) -> list[tuple]:
+    """Inbound turns after extraction's cursor, oldest first: (id, channel, sender, content, ts).
+    Not an owner's note (what `cortex save` and /save record is already its fact: read again, an
+    edit or a merge of that fact was undone by the next run), nor a forgotten turn."""
+    return con.execute(
+        "SELECT id, channel, sender, content, ts FROM session "
+        f"WHERE role = 'user' AND id > ? AND bus_id IS NOT NULL AND {NOT_FORGOTTEN} ORDER BY id",
         [after_id],
     ).fetchall()
 

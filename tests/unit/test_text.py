@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from cortex_pipelines.memory.extract import InjectedText, extract_offline
-from cortex_pipelines.memory.pipeline import sentence_lines
-from cortex_pipelines.text import normalize, own_text, sentence_spans, split_sentences
+from cortex_pipelines.memory.pipeline import MAX_SENTENCE_VECTORS, sentence_lines
+from cortex_pipelines.text import is_question, normalize, own_text, sentence_spans, split_sentences
 from cortex_pipelines.turn import Turn
 
 
@@ -50,6 +50,12 @@ def test_recall_sentence_vectors_use_the_same_splitter():
         "maya: It went well.",
     ]
     assert sentence_lines("maya", "I saw Dr. Kahnwald today.") == []
+
+
+def test_a_pasted_document_gets_a_bounded_number_of_sentence_vectors():
+    pasted = " ".join(f"Line {n} of the log." for n in range(4000))
+    lines = sentence_lines("maya", pasted)
+    assert len(lines) == MAX_SENTENCE_VECTORS and lines[0] == "maya: Line 0 of the log."
 
 
 def test_spans_point_into_the_text_and_line_ends_split_only_when_asked():
@@ -99,3 +105,73 @@ def test_inline_code_goes_and_the_words_around_it_stay():
 def test_normalize_ignores_case_punctuation_and_contractions():
     assert normalize("I’m  moving to BERLIN!") == "i am moving to berlin"
     assert normalize("the auth-migration") == normalize("The Auth Migration.")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "remind me what my locker code is",
+        "tell me where I live",
+        "tell me the landlord's phone number",
+        "need my locker code pls",
+        "what's my favourite food",
+        "what time's the plumber coming",
+        "what was my locker code again",
+        "Where is my passport",
+        "when does my passport expire",
+        "how do I reset the router",
+        "who is my GP",
+        "which city do I live in",
+        "do I eat meat",
+        "is my passport still valid",
+        "can you tell me my address",
+        "I forgot when the plumber is coming",
+        "hey, what's my address",
+        "What's my address? And where do I work",
+        "Where do I live?",
+    ],
+)
+def test_a_turn_that_asks_without_a_question_mark_is_a_question(text):
+    assert is_question(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What a day.",
+        "How I met my wife is a long story.",
+        "Remind me to call mum at 5",
+        "Tell me when you're done.",
+        "May 3rd is my birthday.",
+        "Will is my brother.",
+        "When dad was ill, I moved back home.",
+        "Which is why I moved to Lisbon.",
+        "How cool is that!",
+        "I need my passport renewed by May.",
+        "I forgot my keys at the office.",
+        "Did my taxes yesterday.",
+        "I live in Edinburgh. Where do I work?",
+        # A question that tells something first still tells it.
+        "We just moved to 22 Harbour Road in Bristol, can you update my address?",
+        "Since I'm allergic to penicillin, which antibiotics are usually safe?",
+    ],
+)
+def test_a_statement_is_no_question_whatever_it_opens_with(text):
+    assert not is_question(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "fact"),
+    [
+        (
+            "Since I'm allergic to penicillin, which antibiotics are usually safe?",
+            "I'm allergic to penicillin",
+        ),
+        ("I prefer window seats, could you book one for Friday?", "I prefer window seats"),
+        ("By the way, what do I prefer?", None),
+        ("If I prefer window seats, should you book one?", None),
+    ],
+)
+def test_what_a_question_states_before_its_comma_can_become_a_fact(text, fact):
+    turn = Turn(1, "user", "webchat", "maya", text, None)
+    assert [d.text for d in extract_offline([turn], InjectedText([]))] == ([fact] if fact else [])

@@ -151,3 +151,27 @@ def test_memory_keeps_running_once_every_fact_is_forgotten(tmp_path):
     cortex("run", home=home)  # fails the test on a non-zero exit
     assert "Good morning" in json.dumps(_json(cortex("outbox", "--json", home=home)))
     assert cortex("dedupe", home=home).returncode == 0
+
+
+@pytest.mark.slow
+def test_forgetting_an_observation_leaves_the_messages_it_was_seen_in(tmp_path):
+    """An observation ("usually active between …") is a pattern over many messages, not what they
+    said: forgetting it hid every one of them ("Dr. Zorbrak" was no longer found)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    for day in (3, 2, 1):
+        cortex("--now", f"-{day}d", "send", "webchat", f"Day {day}: we booked the Kyoto trip.", home=home)
+        cortex("--now", f"-{day}d", "send", "telegram", f"My doctor is Dr. Zorbrak, day {day}.", home=home)
+        cortex("--now", f"-{day}d", "run", home=home)
+    doctor = {
+        s for h in _json(cortex("recall", "Zorbrak", "-k", "3", "--json", home=home)) for s in h["sources"]
+    }
+    observed = _json(cortex("recall", "usually active", "-k", "10", "--json", home=home))
+    observation = next(
+        h["fact_id"] for h in observed if h.get("category") == "observation" and doctor & set(h["sources"])
+    )
+    cortex("forget", str(observation), home=home)
+    found = _json(cortex("recall", "Zorbrak", "-k", "3", "--json", home=home))
+    assert any("Zorbrak" in h["text"] for h in found), found
+    observed = _json(cortex("recall", "usually active", "-k", "10", "--json", home=home))
+    assert all(h.get("fact_id") != observation for h in observed)
