@@ -25,8 +25,10 @@ _DELEGATE = re.compile(
 )
 # The offline provider cannot tell which fact a request to forget means: it says how, not "Noted."
 _CANNOT_FORGET = (
-    'I can\'t forget from a chat message without a model. Find the fact with `cortex recall "..."`, '
-    "then run `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`)."
+    'I can\'t forget from a chat message without a model. Find it with `cortex recall "..."`: a fact '
+    "(fact N) with `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`; `cortex unforget` "
+    "undoes it), a message that is no fact (messages [N]) with `cortex erase --turn N`, which cannot "
+    "be undone."
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
 # A stranger's words never become the owner's memory, so they are not promised that.

@@ -93,7 +93,7 @@ def test_asking_the_offline_brain_to_forget_says_how_and_is_never_a_memory(tmp_p
     cortex("send", "webchat", "Please forget that my sister lives in Vienna.", home=home)
     cortex("run", home=home)
     reply = _json(cortex("outbox", "--json", home=home))[-1]["text"]
-    assert "cortex forget FACT_ID" in reply, reply
+    assert "cortex forget FACT_ID" in reply and "cortex erase --turn N" in reply, reply
     hits = _json(cortex("recall", "Where does my sister live?", "-k", "5", "--json", home=home))
     assert hits and not [h for h in hits if "forget" in h["text"].lower()], hits
     stats = _json(cortex("recent", "--json", home=home))
