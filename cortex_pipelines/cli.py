@@ -842,8 +842,12 @@ def dev(
         start_new_session=True,  # Ctrl-C is not its: it stops by `terminate` below, unreported
     )
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
+    # Ctrl-C and SIGTERM stop the children as Ctrl-C does. Handled here, SIGINT is at its default in
+    # `dagster dev`: started in the background of a script (`cortex dev &`), both inherited it
+    # ignored, and nothing stopped them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     proc = subprocess.Popen(cmd, env=dagster_env(settings))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the children as Ctrl-C does
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,
@@ -855,8 +859,7 @@ def dev(
     try:
         code = proc.wait()
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait()
+        code = _stop(proc)
     finally:
         stop_starter.set()
         if prepare.poll() is None:
@@ -865,6 +868,18 @@ def dev(
         if gateway is not None:
             gateway.stop(60.0)
     raise typer.Exit(code)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> int:
+    """Stop `dagster dev` as Ctrl-C does, then by SIGTERM and SIGKILL if it has not ended within
+    the grace period each (a second Ctrl-C or SIGTERM meanwhile goes on to the next step)."""
+    for stop in (lambda: proc.send_signal(signal.SIGINT), proc.terminate, proc.kill):
+        stop()
+        try:
+            return proc.wait(grace_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            continue
+    return proc.wait()
 
 
 def _say_if_unprepared(prepare: subprocess.Popen) -> None:

@@ -63,8 +63,9 @@ def successful_run(port: int, job: str) -> dict | None:
 
 
 @contextmanager
-def cortex_dev(home: Path, log_path: Path):
-    """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards."""
+def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False):
+    """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards.
+    sigint_ignored: started as `cortex dev &` in a script, which ignores SIGINT in the job."""
     env = {**os.environ, "CORTEX_HOME": str(home)}
     env.pop("DAGSTER_HOME", None)
     port = free_port()
@@ -75,6 +76,7 @@ def cortex_dev(home: Path, log_path: Path):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
 
     def ui_up():

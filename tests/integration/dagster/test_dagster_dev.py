@@ -47,6 +47,15 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
     assert proc.returncode in (0, 130, -signal.SIGINT), (tmp_path / "dev.log").read_text()[-3000:]
 
 
+def test_cortex_dev_started_in_a_scripts_background_stops_on_sigterm(tmp_path):
+    """`cortex dev &` in a script inherits SIGINT ignored: SIGTERM, passed on as Ctrl-C, stopped
+    nothing, and its seven processes ran on."""
+    with cortex_dev(tmp_path / "home", tmp_path / "dev.log", sigint_ignored=True) as (_port, _env, proc):
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+        wait_for(lambda: not _group_alive(proc.pid), 30, "every process of its group to end")
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
