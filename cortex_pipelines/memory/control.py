@@ -24,7 +24,7 @@ from cortex_pipelines.memory.maintenance import similar_pairs
 from cortex_pipelines.memory.patterns import classify
 from cortex_pipelines.memory.pipeline import save_fact, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
-from cortex_pipelines.publish import bulletin
+from cortex_pipelines.publish import boot, bulletin, narrative
 from cortex_pipelines.storage import Database, facts, session, utcnow
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
@@ -216,6 +216,7 @@ def edit(
     if new_id is None:  # forgotten or merged since it was read
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
+    _publish_now(db, settings)  # the bulletin showed the old text until the hourly refresh
     return Edited(new_id, fact_id, corrected)
 
 
@@ -236,7 +237,7 @@ def forget(
     if not db.run(facts.forget, fact_id, why):
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
-    _bulletin_now(db, settings)
+    _publish_now(db, settings)
     return Forgotten(fact_id, True)
 
 
@@ -248,14 +249,20 @@ def unforget(
     if not db.run(facts.unforget, fact_id, why):
         raise ControlError(f"no forgotten fact {fact_id}")
     _keep_in_step(db, settings)
-    _bulletin_now(db, settings)
+    _publish_now(db, settings)
     return Forgotten(fact_id, False)
 
 
-def _bulletin_now(db: Database, settings: Settings) -> None:
-    """Every prompt carries the bulletin: a forgotten fact must leave it now, not at the next
-    hourly refresh. The typed render, without a model call; the next refresh writes prose again."""
+def _publish_now(db: Database, settings: Settings) -> None:
+    """Every prompt carries the bulletin and other agents read narrative.md and BOOTSTRAP.md: a
+    forgotten fact and its turns must leave them now (and come back with unforget), not when new
+    input next rebuilds them. No model call: the bulletin's next refresh writes prose again. A
+    file not yet written quotes nothing; BOOTSTRAP.md goes last, as it embeds the narrative."""
     bulletin.refresh(db, settings, None, log.warning)
+    for name, write in (("narrative", narrative.write_narrative), ("boot_context", boot.write_boot_context)):
+        result = write(db, settings) if settings.paths.published[name].is_file() else None
+        if result is not None and result.error:
+            log.warning(result.error)
 
 
 # -- duplicates ----------------------------------------------------------------------------------
@@ -364,6 +371,7 @@ def dedupe(
     if groups and action != "report":
         db.run(apply)
         _keep_in_step(db, settings)
+        _publish_now(db, settings)
         ids = [f["id"] for g in groups for f in g]
         fresh = {f["id"]: f for f in db.run(facts.with_categories, ids)}
         groups = [[fresh[f["id"]] for f in g] for g in groups]

@@ -18,8 +18,7 @@ from cortex_pipelines.publish.threads import PRIORITY_ORDER
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.decisions import decisions_since
-from cortex_pipelines.storage.published import latest_user_activity
-from cortex_pipelines.storage.session import inbound_since
+from cortex_pipelines.storage.published import latest_user_activity, timeline_turns
 from cortex_pipelines.storage.threads import threads_to_publish
 
 PRIORITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵"}
@@ -47,7 +46,7 @@ def _read(con, settings: Settings) -> dict | None:
     ops = ops_store.recent(con, since)
     for op in ops:
         op["stranger"] = _stranger(settings, op["asked_on"], op["asked_by"])
-    timeline = inbound_since(con, since, TIMELINE_ENTRIES)
+    timeline = timeline_turns(con, since, TIMELINE_ENTRIES)
     for turn in timeline:
         turn["stranger"] = _stranger(settings, turn["channel"], turn["sender"])
     return {

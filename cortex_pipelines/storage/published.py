@@ -8,8 +8,12 @@ from datetime import datetime
 from pathlib import Path
 
 from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
 BULLETIN = "memory_bulletin"  # the row whose state is the warm-up state of the whole instance
+# The turns a published file may quote, or draw a decision or thread from: not the exchange of a
+# fact the user asked to forget, by the same rule as the conversation the model reads.
+QUOTABLE_TURNS = f"SELECT id FROM session WHERE {NOT_FORGOTTEN}"
 
 
 def published_row(con, name: str) -> dict | None:
@@ -76,6 +80,17 @@ def bulletin_facts(con) -> list[dict]:
 def latest_user_activity(con) -> datetime | None:
     """When anyone last wrote (replies carry the wall-clock time they were made)."""
     return con.execute("SELECT max(ts) FROM session WHERE role = 'user'").fetchone()[0]
+
+
+def timeline_turns(con, since: datetime, limit: int) -> list[dict]:
+    """The newest `limit` inbound turns since a time, oldest first, with who sent each; not those
+    of a fact the user asked to forget."""
+    cur = con.execute(
+        "SELECT id, channel, sender, content, ts FROM session "
+        f"WHERE role = 'user' AND ts >= ? AND {NOT_FORGOTTEN} ORDER BY ts DESC, id DESC LIMIT ?",
+        [since, limit],
+    )
+    return list(reversed(dict_rows(cur)))
 
 
 def recent_user_texts(con, limit: int) -> list[str]:

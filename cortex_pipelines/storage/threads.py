@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from cortex_pipelines.storage.published import QUOTABLE_TURNS
 from cortex_pipelines.storage.rows import dict_rows
 
 COLUMNS = (
@@ -45,10 +46,13 @@ def replace_threads(con, threads: list[dict]) -> None:
 
 
 def threads_to_publish(con) -> list[dict]:
-    """What narrative.md and BOOTSTRAP.md show of each thread, by id."""
+    """What narrative.md and BOOTSTRAP.md show of each thread, by id. Not a thread touched by a turn
+    the user asked to forget: its title and summary quote the turn that opened it, its wait a later
+    one, and which turn said what is not kept."""
     return dict_rows(
         con.execute(
             "SELECT id, title, status, priority, summary, waiting_for, mood, last_activity, closed_at, "
-            "sources FROM threads ORDER BY id"
+            "sources FROM threads WHERE NOT EXISTS (SELECT 1 FROM unnest(threads.sources) AS said(turn) "
+            f"WHERE turn NOT IN ({QUOTABLE_TURNS})) ORDER BY id"
         )
     )

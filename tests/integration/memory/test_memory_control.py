@@ -85,9 +85,7 @@ def through(door: str, settings, db, request: Request) -> Answer:
 
 
 def _facts(db) -> list[tuple]:
-    return db.query(
-        "SELECT id, text, status, importance, category, categories FROM facts ORDER BY id"
-    )
+    return db.query("SELECT id, text, status, importance, category, categories FROM facts ORDER BY id")
 
 
 def _lance(settings) -> dict[int, dict]:
@@ -498,3 +496,22 @@ def test_a_version_7_database_opens_with_hand_saved_importance_on_the_1_to_3_sca
         (2.0, ["preference"], False),
     ]
     assert db.run(bulletin_facts)[0]["text"] == "Lisbon matters to the user."
+
+
+@pytest.mark.slow
+def test_an_edit_of_a_saved_fact_holds_after_the_next_run_and_is_in_the_bulletin_at_once(tmp_path):
+    """`cortex save` records the owner's note as the fact's source: the next run's extraction read
+    that note again and brought the text the user had just corrected back as a new fact."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    saved = json.loads(cortex("save", "I prefer window seats on flights.", "--json", home=home).stdout)
+    cortex("run", home=home)
+    cortex("edit", str(saved["fact_id"]), "I prefer aisle seats on flights.", home=home)
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "aisle seats" in bulletin and "window seats" not in bulletin
+    cortex("run", home=home)
+    hits = json.loads(
+        cortex("recall", "which seat do I prefer on flights", "-k", "5", "--json", home=home).stdout
+    )
+    facts = [h["text"] for h in hits if h.get("fact_id")]
+    assert facts and "aisle" in facts[0] and not any("window" in text for text in facts), hits
