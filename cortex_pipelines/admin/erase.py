@@ -2,7 +2,8 @@
 
 `forget` is soft and reversible; erasure is for text that must not stay anywhere. In order:
 1. DuckDB, in one transaction: the exchanges (message, turn, reply), their vectors, facts drawn only
-   from them (a fact with other sources keeps those, and its text), fact history, threads, decisions,
+   from them or whose text holds erased text (a fact with other sources that does not keeps those,
+   and its text), fact history, threads, decisions,
    channel summaries, delegated work, schedules, pins, outbox rows; and an audit row (ids, counts, a
    hash of the texts: never the content).
 2. LanceDB: their rows, with every other row of the data files that held one rewritten and every
@@ -25,9 +26,10 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cortex_pipelines import clock
-from cortex_pipelines.admin.redaction import Redactor
+from cortex_pipelines.admin.redaction import MIN_CHARS, Redactor
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
@@ -51,10 +53,13 @@ class Busy(EraseError):
 
 @dataclass
 class Erasure:
-    """What an erasure touched (or, not applied, would touch): the messages, as listed to the user,
-    and counts per store."""
+    """What an erasure touched (or, not applied, would touch): the messages and facts, as listed to
+    the user, and counts per store. `scrubs`: a --matching text, which goes from the other stores
+    (Dagster's storage, backups) even where no message or fact holds it any more."""
 
     messages: list[dict]
+    facts: list[dict] = field(default_factory=list)
+    scrubs: bool = False
     applied: bool = False
     erasure_id: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -69,13 +74,26 @@ class Erasure:
                 ref += f" (turn {m['turn']})"
             pulled = "  (its reply quotes erased text)" if m["pulled_in"] else ""
             said.append(f"{ref} {m['channel']} {m['sender'] or '?'} {m['sent_at'][:16]}: {m['text']}{pulled}")
-        if not self.messages:
+        said += [f"fact {f['id']}: {f['text']}" for f in self.facts]
+        what = f"{len(self.messages)} message(s)" + (f" and {len(self.facts)} fact(s)" if self.facts else "")
+        counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
+        if self.messages or self.facts:
+            if self.applied:
+                said.append(f"erased {what} as erasure #{self.erasure_id}: {counts}")
+            else:
+                said.append(f"nothing erased; add --yes to erase these {what}")
+        elif not self.scrubs:
             said.append("no message matches; nothing erased")
         elif not self.applied:
-            said.append(f"nothing erased; add --yes to erase these {len(self.messages)} message(s)")
+            said.append(
+                "no message or fact holds it; add --yes to remove the text from Dagster's run storage, "
+                "the backups and the database file's free blocks all the same"
+            )
         else:
-            counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
-            said.append(f"erased {len(self.messages)} message(s) as erasure #{self.erasure_id}: {counts}")
+            said.append(
+                f"no message or fact held it; erasure #{self.erasure_id} removed it from the other stores: "
+                f"{counts or 'none held it'}"
+            )
         return said
 
     def as_dict(self) -> dict:
@@ -83,6 +101,7 @@ class Erasure:
             "erased": self.applied,
             "erasure_id": self.erasure_id,
             "messages": self.messages,
+            "facts": self.facts,
             "counts": self.counts,
             "warnings": self.warnings,
         }
@@ -134,10 +153,12 @@ def _date(text: str) -> datetime:
 
 def preview(settings: Settings, sel: Selector) -> Erasure:
     """What erasing would remove, changing nothing: every message that goes, those pulled in (a
-    reply quoting an erased message) included."""
+    reply quoting an erased message) included, and every fact."""
     db = Database(settings.paths.db)
     chosen, plan = _plan(db, sel)
-    return Erasure(_listing(db, plan, chosen) if plan else [])
+    if plan is None:
+        return Erasure([])
+    return Erasure(_listing(db, plan, chosen), _facts(db, plan), bool(sel.matching))
 
 
 def erase(settings: Settings, sel: Selector) -> Erasure:
@@ -204,7 +225,7 @@ def _apply(
         raise Busy(f"{exc}: try again when it is done; nothing was erased") from None
     try:
         plan = db.run(replan)
-        result = Erasure(relist(plan) or listing, applied=True)
+        result = Erasure(relist(plan) or listing, _facts(db, plan), bool(needle), applied=True)
         result.erasure_id = db.run(erasure.delete, plan, kinds)
         redactor = Redactor([*plan.texts, *plan.derived, needle or ""], plan.session_ids)
         for step in (_vectors, _inbox, _outbox, _published, _dagster):
@@ -212,6 +233,11 @@ def _apply(
                 result.counts |= step(settings, db, plan, redactor)
             except Exception as exc:  # the other stores are still cleaned; said at the end
                 result.warnings.append(f"{step.__name__.strip('_')}: {exc}")
+        if needle and (left := _still_holding(settings.paths.dagster_home, needle)):
+            result.warnings.append(
+                f"dagster: {len(left)} file(s) still hold the --matching text, whose lines are found "
+                f"there only from {MIN_CHARS} characters on: erase again with a longer text"
+            )
         result.counts = plan.counts | result.counts
         result.counts |= _seal(settings, db, result)
     finally:
@@ -238,11 +264,13 @@ def _notes(chosen: list[dict]) -> list[int]:
 
 
 def _plan(db: Database, sel: Selector) -> tuple[list[dict], erasure.Plan | None]:
+    """The messages the selector names and the plan to erase them; with --matching, a plan even
+    when no message holds the text: facts may, and copies in the other stores."""
     unknown = db.run(erasure.unknown_ids, list(sel.bus_ids), list(sel.session_ids))
     if unknown:
         raise EraseError(f"no {', '.join(unknown)}; nothing was erased")
     chosen = db.run(erasure.matching, sel)
-    if not chosen:
+    if not chosen and not sel.matching:
         return [], None
     bus_ids = [m["id"] for m in chosen if m["id"] is not None]
     return chosen, db.run(erasure.plan, bus_ids, _notes(chosen), sel.matching)
@@ -251,6 +279,8 @@ def _plan(db: Database, sel: Selector) -> tuple[list[dict], erasure.Plan | None]
 def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]:
     """The plan's messages as the user sees them: id, channel, sender, shortened text, time, and
     whether it was pulled in rather than named."""
+    if not plan.bus_ids and not _notes(chosen):
+        return []  # an empty selector would name every message
     named = {(m["id"], m["turn"]) for m in chosen}
     every = db.run(erasure.matching, Selector(tuple(plan.bus_ids), tuple(_notes(chosen))))
     return [
@@ -265,6 +295,10 @@ def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]
         }
         for m in every
     ]
+
+
+def _facts(db: Database, plan: erasure.Plan) -> list[dict]:
+    return [{"id": f["id"], "text": shorten(f["text"])} for f in db.run(erasure.listed_facts, plan.facts)]
 
 
 def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
@@ -382,6 +416,16 @@ def _dagster(settings: Settings, db: Database, plan: erasure.Plan, redactor: Red
     if where := dagster_sqlite.elsewhere(home):
         raise OSError(f"Dagster keeps its storage elsewhere ({where}): erase the text there yourself")
     return dagster_sqlite.clean(home, redactor)
+
+
+def _still_holding(home: Path, needle: str) -> list[Path]:
+    """Files under Dagster's home whose bytes still hold the needle (any case): a needle too short
+    for the redactor is only found inside a longer erased text, and the user must hear it stayed."""
+    wanted = needle.lower().encode()
+    if not home.is_dir():
+        return []
+    files = (p for p in sorted(home.rglob("*")) if p.is_file() and not p.is_symlink())
+    return [p for p in files if wanted in p.read_bytes().lower()]
 
 
 def _seal(settings: Settings, db: Database, result: Erasure) -> dict[str, int]:

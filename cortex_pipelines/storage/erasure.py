@@ -3,7 +3,8 @@ and the one transaction that deletes it all and records that it happened, never 
 
 A message is erased as an exchange: its bus row, its turn and the agent's reply to it (a reply quotes
 what it answers). What is derived goes too: an exchange elsewhere whose reply cites (`msg N`) or
-quotes an erased turn or fact, facts drawn only from erased turns, the firings of schedules an erased
+quotes an erased turn or fact, facts drawn only from erased turns or whose text holds erased text
+(or the --matching text), the firings of schedules an erased
 message created, and so on until nothing more is pulled in.
 """
 
@@ -19,7 +20,13 @@ from cortex_pipelines.storage.conversations import OF_BUS, OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
-QUOTE_CHARS = 20  # a reply or pin holding this much of an erased text verbatim quotes it
+# A reply, pin or fact quotes an erased text of QUOTE_CHARS or more when it holds it, case and spacing
+# aside, or holds its first COPIED_CHARS: copies are cut short (a delegated task's reply names its
+# first 80 characters, its harvested fact the first 120). Less would take a fact that restates one
+# clause another source also says ("I prefer window seats"), which keeps its text.
+QUOTE_CHARS = 20
+COPIED_CHARS = 80
+_FOLDED = r"regexp_replace(lower({}), '\s+', ' ', 'g')"  # as _fold, in SQL
 ERASED = "[erased]"
 
 
@@ -53,7 +60,7 @@ class Plan:
     session_ids: list[int]
     texts: list[str]  # what the erased messages and turns said
     derived: list[str]  # what the facts, threads, decisions, summaries... that go with them said
-    facts: list[int]  # drawn only from erased turns: deleted
+    facts: list[int]  # drawn only from erased turns, or whose text holds erased text: deleted
     trimmed: list[int]  # with other sources too: they keep those, and their text
     ids: dict[str, list]  # threads, decisions, pending_ops, schedules, pins, conversations to clear
     outbox: list[tuple[int, str]]  # (outbox id, channel): the reply files to delete
@@ -122,20 +129,17 @@ def _set(con, sql: str, params) -> set:
 
 def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None) -> Plan:
     """Everything that goes with these messages (bus ids) and turns said outside the bus, read in
-    the caller's transaction. `needle` (the --matching text) also names the pins that hold it."""
+    the caller's transaction. `needle` (the --matching text) also names the pins and facts that hold
+    it."""
     bus, notes = set(bus_ids), set(note_ids)
     while True:  # each round adds a message, so it ends
         turns = (
             _set(con, "SELECT id FROM session WHERE list_contains(?::BIGINT[], bus_id)", [sorted(bus)])
             | notes
         )
-        facts = dict(
-            con.execute(
-                "SELECT id, text FROM facts WHERE len(sources) > 0 AND list_has_all(?::BIGINT[], sources)",
-                [sorted(turns)],
-            ).fetchall()
-        )
-        quotes = _quotes(con, sorted(bus), sorted(turns), list(facts.values()))
+        said = _said(con, sorted(bus), sorted(turns))
+        facts = _facts(con, sorted(turns), _quotes(said), needle)
+        quotes = _quotes(said + list(facts.values()))
         grown = bus | _firings(con, sorted(bus)) | _quoting_replies(con, sorted(turns), quotes)
         if grown == bus:
             break
@@ -153,7 +157,7 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
             p,
         )
     )
-    p["pins"] = sorted(set(quotes) | ({needle.lower()} if needle else set()))
+    p["pins"] = sorted(set(quotes) | ({_fold(needle)} if needle else set()))
     texts = [
         r[0]
         for r in con.execute(
@@ -174,7 +178,7 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
         "SELECT id FROM facts "
         "WHERE list_has_any(sources, $t::BIGINT[]) AND NOT list_has_all($t::BIGINT[], sources)",
         {"t": p["turns"]},
-    )
+    ) - set(facts)
     outbox = con.execute(
         "SELECT id, channel FROM outbox WHERE list_contains(?::BIGINT[], bus_id) ORDER BY id", [p["bus"]]
     ).fetchall()
@@ -242,14 +246,47 @@ def expiry_plan(con, cutoff: datetime) -> Plan:
     )
 
 
-def _quotes(con, bus: list[int], turns: list[int], fact_texts: list[str]) -> list[str]:
-    """Lower-cased erased texts long enough that holding one verbatim is quoting it."""
-    said = con.execute(
+def _said(con, bus: list[int], turns: list[int]) -> list[str]:
+    """What the erased messages said: bus texts and the user's turns."""
+    rows = con.execute(
         "SELECT text FROM bus WHERE list_contains(?::BIGINT[], id) UNION "
         "SELECT content FROM session WHERE list_contains(?::BIGINT[], id) AND role = 'user'",
         [bus, turns],
     ).fetchall()
-    return sorted({t.lower() for t in [r[0] for r in said] + fact_texts if len(t) >= QUOTE_CHARS})
+    return [r[0] for r in rows]
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _quotes(texts: list[str]) -> list[str]:
+    """What holding is quoting an erased text: the starts of those long enough, folded."""
+    return sorted({t[:COPIED_CHARS] for t in map(_fold, texts) if len(t) >= QUOTE_CHARS})
+
+
+def _facts(con, turns: list[int], quotes: list[str], needle: str | None) -> dict[int, str]:
+    """The facts that go, with their texts: drawn only from erased turns, or holding the --matching
+    text or quoting an erased message (a harvested fact quotes both the request and the result:
+    keeping it because one of them is left would keep the erased one's words)."""
+    return dict(
+        con.execute(
+            f"""
+            SELECT id, text FROM facts
+            WHERE (len(sources) > 0 AND list_has_all($turns::BIGINT[], sources))
+               OR contains(lower(text), $needle)
+               OR len(list_filter($quotes::VARCHAR[], lambda q: contains({_FOLDED.format("text")}, q))) > 0
+            """,
+            {"turns": turns, "needle": needle.lower() if needle else None, "quotes": quotes},
+        ).fetchall()
+    )
+
+
+def listed_facts(con, fact_ids: list[int]) -> list[dict]:
+    """The facts an erasure deletes, as listed to the user: id and text."""
+    return dict_rows(
+        con.execute("SELECT id, text FROM facts WHERE list_contains(?::BIGINT[], id) ORDER BY id", [fact_ids])
+    )
 
 
 def _firings(con, bus: list[int]) -> set[int]:
@@ -266,12 +303,13 @@ def _quoting_replies(con, turns: list[int], quotes: list[str]) -> set[int]:
     """Messages whose reply cites an erased turn (`msg N`) or quotes an erased text or fact."""
     return _set(
         con,
-        """
+        f"""
         SELECT bus_id FROM session
         WHERE role = 'assistant' AND bus_id IS NOT NULL AND NOT list_contains($turns::BIGINT[], id)
           AND (list_has_any($turns::BIGINT[],
                    list_transform(regexp_extract_all(content, 'msg ([0-9]+)', 1), lambda x: x::BIGINT))
-               OR len(list_filter($quotes::VARCHAR[], lambda q: contains(lower(content), q))) > 0)
+               OR len(list_filter($quotes::VARCHAR[],
+                      lambda q: contains({_FOLDED.format("content")}, q))) > 0)
         """,
         {"turns": turns, "quotes": quotes},
     )
@@ -311,7 +349,7 @@ _DERIVED = [
     (
         "pins",
         "SELECT id, text FROM pins "
-        "WHERE len(list_filter(?::VARCHAR[], lambda q: contains(lower(text), q))) > 0",
+        f"WHERE len(list_filter(?::VARCHAR[], lambda q: contains({_FOLDED.format('text')}, q))) > 0",
         ["pins"],
     ),
 ]
