@@ -4,6 +4,7 @@ recall then surfaces neither the fact nor the turns it came from; `unforget` res
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from dagster import DagsterInstance, materialize
@@ -157,15 +158,25 @@ def test_memory_keeps_running_once_every_fact_is_forgotten(tmp_path):
 def test_forgetting_an_observation_leaves_the_messages_it_was_seen_in(tmp_path):
     """An observation ("usually active between …") is a pattern over many messages, not what they
     said: forgetting it hid every one of them ("Dr. Zorbrak" was no longer found)."""
+    now = datetime.now(UTC)
+    batch = tmp_path / "week.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps({"channel": channel, "sender": "maya", "text": text, "timestamp": at.isoformat()})
+            + "\n"
+            for day in (3, 2, 1)
+            for channel, text, at in (
+                ("webchat", f"Day {day}: we booked the Kyoto trip.", now - timedelta(days=day)),
+                ("telegram", f"My doctor is Dr. Zorbrak, day {day}.", now - timedelta(days=day, minutes=-1)),
+            )
+        )
+    )
     home = tmp_path / "home"
     cortex("init", home=home)
-    for day in (3, 2, 1):
-        cortex("--now", f"-{day}d", "send", "webchat", f"Day {day}: we booked the Kyoto trip.", home=home)
-        cortex("--now", f"-{day}d", "send", "telegram", f"My doctor is Dr. Zorbrak, day {day}.", home=home)
-        cortex("--now", f"-{day}d", "run", home=home)
-    doctor = {
-        s for h in _json(cortex("recall", "Zorbrak", "-k", "3", "--json", home=home)) for s in h["sources"]
-    }
+    cortex("ingest", str(batch), home=home)
+    cortex("run", home=home)
+    found = _json(cortex("recall", "Zorbrak", "-k", "3", "--json", home=home))
+    doctor = {source for h in found for source in h["sources"]}
     observed = _json(cortex("recall", "usually active", "-k", "10", "--json", home=home))
     observation = next(
         h["fact_id"] for h in observed if h.get("category") == "observation" and doctor & set(h["sources"])
