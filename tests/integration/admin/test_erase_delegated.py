@@ -89,6 +89,7 @@ def test_erasing_the_request_by_turn_takes_the_fact_and_the_reply_that_quote_it(
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # slow edge case, kept out of CI's 30 minutes: pytest -m soak
 def test_matching_text_no_message_holds_any_more_is_scrubbed_from_dagster_storage(tmp_path: Path) -> None:
     """An unpinned pin's text stays in Dagster's previews of BOOTSTRAP.md: erase said "no message
     matches" and left it."""
