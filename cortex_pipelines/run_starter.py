@@ -18,6 +18,7 @@ webserver only when something arrived.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -35,6 +36,7 @@ from cortex_pipelines.lanes import ACTIVE, BRAIN_LANE, PROCESSING_JOB
 POLL_S = 0.1
 RECHECK_S = 0.5  # how often a file that came while a run was busy is looked at again
 STARTING_GRACE_S = 3.0
+REQUEST_GRACE_S = 5.0  # by then the requested run is queued, and every sensor sees it as alive
 TIMEOUT_S = 10.0
 ACTIVE_NAMES = [status.value for status in ACTIVE]
 STARTED_BY = {"cortex/started_by": "run_starter"}  # in the UI's run tags: why this run exists
@@ -57,6 +59,33 @@ def starting_now(db_path: Path) -> bool:
     leaves the messages to it (a starter that fails says so, and the sensor's next tick starts one)."""
     touched = mtime_ns(starting_file(db_path))
     return touched is not None and abs(time.time() - touched / 1e9) < STARTING_GRACE_S
+
+
+def request_claim_file(db_path: Path) -> Path:
+    """Which sensor last requested a processing run, for which messages, and when."""
+    return db_path.with_name(db_path.name + ".requested")
+
+
+def claim_run_request(db_path: Path, key: str, sensor: str) -> str | None:
+    """Record that `sensor` requests a processing run for the messages `key` names, unless another
+    sensor did in the last REQUEST_GRACE_S: that sensor's name then. The daemon evaluates sensors
+    in parallel threads, and Dagster skips a repeated run key only per sensor: a reminder's firing
+    or a requeued message had the inbox, scheduler and supervision sensors each start a run for
+    the same messages in one tick (the extras lingered with nothing to do)."""
+    with open(request_claim_file(db_path), "a+", encoding="utf-8") as claim:
+        fcntl.flock(claim, fcntl.LOCK_EX)  # released as the file closes
+        claim.seek(0)
+        try:
+            earlier = json.loads(claim.read() or "{}")
+        except ValueError:  # torn by a kill mid-write: no claim
+            earlier = {}
+        fresh = time.time() - float(earlier.get("at", 0)) < REQUEST_GRACE_S
+        if earlier.get("key") == key and earlier.get("sensor") != sensor and fresh:
+            return str(earlier["sensor"])
+        claim.seek(0)
+        claim.truncate()
+        claim.write(json.dumps({"key": key, "sensor": sensor, "at": time.time()}))
+    return None
 
 
 class StartFailed(Exception):

@@ -20,16 +20,22 @@ from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from cortex_pipelines.assets.brain import BRAIN_POOL
 from cortex_pipelines.lanes import ACTIVE, BRAIN_LANE, reap_dead_runs
-from cortex_pipelines.run_starter import starting_now
+from cortex_pipelines.run_starter import claim_run_request, starting_now
 from cortex_pipelines.storage import Database, bus
+
+
+def _sensor_name(context: SensorEvaluationContext) -> str | None:
+    try:
+        return context.sensor_name
+    except CheckError:  # evaluated without a name (a test): Dagster skips no repeated key then
+        return None
 
 
 def _requested_before(context: SensorEvaluationContext, run_key: str) -> DagsterRun | None:
     """This sensor's earlier run for the same key: Dagster skips a request that repeats it, and
     would say so only in the daemon's log."""
-    try:
-        sensor = context.sensor_name
-    except CheckError:  # evaluated without a name (a test): Dagster skips nothing then
+    sensor = _sensor_name(context)
+    if sensor is None:
         return None
     earlier = context.instance.get_runs(
         filters=RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: sensor}), limit=1
@@ -63,6 +69,8 @@ def request_processing(
             f"{due} waiting; run {earlier.run_id[:8]} was already requested for the same messages "
             f"({earlier.status.value.lower()}); a new message or attempt requests the next"
         )
+    if (sensor := _sensor_name(context)) and (other := claim_run_request(db.path, key, sensor)):
+        return skip(f"{due} waiting; {other} has just requested a run for the same messages")
     cursor["last_run_key"] = key
     return SensorResult(
         run_requests=[RunRequest(run_key=key, tags=BRAIN_LANE)],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, materialize
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
@@ -18,7 +19,8 @@ from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.sensors.inbox import inbox_sensor
-from cortex_pipelines.storage import bus
+from cortex_pipelines.sensors.scheduler import scheduler
+from cortex_pipelines.storage import Database, bus
 from cortex_pipelines.storage.bus import requeue_failed
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient, scripted_resources
@@ -139,6 +141,28 @@ def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
         tags = {name: instance.get_run_by_id(r["run"]["runId"]).tags for name, r in runs.items()}
     assert tags["all"]["cortex/lane"] == "brain" and tags["all"]["dagster/max_runtime"] == "3600"
     assert "cortex/lane" not in tags["memory"] and "dagster/max_runtime" not in tags["memory"]
+
+
+def test_sensors_evaluated_in_one_tick_request_one_run_for_the_same_messages(settings):
+    """The daemon evaluates sensors in parallel threads (dagster.yaml: use_threads): a message
+    waiting as the scheduler sensor fires had it and the inbox sensor each start a run."""
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
+    ingest_inbox(settings, Database(settings.paths.db))
+    with DagsterInstance.ephemeral() as instance, ThreadPoolExecutor(2) as pool:
+        ticks = list(
+            pool.map(
+                lambda sensor: evaluate(sensor, instance, str(settings.home), sensor_name=sensor.name),
+                [inbox_sensor, scheduler],
+            )
+        )
+    requested = [tick for tick in ticks if tick.run_requests]
+    assert len(requested) == 1 and len(requested[0].run_requests) == 1
+    (skipped,) = [tick for tick in ticks if not tick.run_requests]
+    other = "inbox_sensor" if requested[0] is ticks[0] else "scheduler"
+    assert (
+        skipped.skip_reason.skip_message
+        == f"1 waiting; {other} has just requested a run for the same messages"
+    )
 
 
 def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings):
