@@ -39,7 +39,7 @@ from cortex_pipelines.processes import start_polars_keeping_sigint
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
-from cortex_pipelines.storage.bus import requeue_failed, ring_doorbell
+from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
 from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.health import as_store_damaged
 from cortex_pipelines.storage.lease import want_lane
@@ -440,15 +440,34 @@ def outbox_cmd(
 def retry(
     message_id: Annotated[int | None, typer.Argument(help="bus id of a failed message")] = None,
     all_failed: Annotated[bool, typer.Option("--all-failed", help="every failed message")] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Put failed messages back in the queue (their attempts start again)."""
+    """Put failed messages back in the queue (their attempts start again); without an id, list the
+    failed messages and why they failed."""
     settings = _ready()
-    if (message_id is None) == (not all_failed):
-        _fail("give a message id or --all-failed")
-    ids = Database(settings.paths.db).run(requeue_failed, None if all_failed else [message_id])
+    db = Database(settings.paths.db)
+    if message_id is None and not all_failed:
+        failed = db.run(latest_failures, FAILURES_LISTED)
+        if as_json:
+            _print_json(failed)
+            return
+        for row in failed:
+            _say(f"#{row['id']} {row['channel']} ({row['attempts']} attempt(s)): {row['error']}")
+            _say(f"    {shorten(row['text'], 100)}")
+        out.print("`cortex retry ID` or `--all-failed` puts them back" if failed else "no failed messages")
+        return
+    if message_id is not None and all_failed:
+        _fail("give a message id or --all-failed, not both")
+    ids = db.run(requeue_failed, None if all_failed else [message_id])
     if not ids:
-        _fail("no failed message to retry" if all_failed else f"message {message_id} is not failed")
+        if all_failed:
+            _fail("no failed message to retry")
+        found = db.run(state_of, message_id)
+        _fail(f"message {message_id} is {found[0]}, not failed" if found else f"no message {message_id}")
     out.print(f"requeued {len(ids)} message(s): {', '.join(map(str, ids))}")
+
+
+FAILURES_LISTED = 20
 
 
 RECALL_SHOWN_CHARS = 300  # a pasted 64 KiB message filled the terminal
@@ -925,12 +944,16 @@ def _gateway_settings() -> Settings:
 def serve(port: PortOption = None) -> None:
     """The HTTP gateway on 127.0.0.1 and every configured connector, in the foreground; SIGTERM drains."""
     from cortex_pipelines.connectors.telegram import setup_problem
+    from cortex_pipelines.gateway.serve import PortUnavailable
     from cortex_pipelines.gateway.serve import serve as run_gateway
 
     settings = _gateway_settings()
     if settings.telegram_token is not None and (problem := setup_problem(settings)):
         _fail(problem)
-    run_gateway(settings, port or settings.gateway_port, _say)
+    try:
+        run_gateway(settings, port or settings.gateway_port, _say)
+    except PortUnavailable as exc:
+        _fail(str(exc))  # under `cortex dev`: status 2, a bad configuration, not restarted
 
 
 connect_app = typer.Typer(no_args_is_help=True, help="Run a connector in the foreground.")

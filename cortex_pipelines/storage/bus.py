@@ -233,8 +233,8 @@ def channels(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT DISTINCT channel FROM bus").fetchall()]
 
 
-def state_of(con, bus_id: int) -> tuple[str, str | None]:
-    """A message's state and its error (why it failed or was skipped)."""
+def state_of(con, bus_id: int) -> tuple[str, str | None] | None:
+    """A message's state and its error (why it failed or was skipped); None when there is no such message."""
     return con.execute("SELECT state, error FROM bus WHERE id = ?", [bus_id]).fetchone()
 
 

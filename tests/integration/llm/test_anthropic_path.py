@@ -8,6 +8,7 @@ from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm import make_client
 from cortex_pipelines.storage import bus, outbox, usage
 from cortex_pipelines.storage.session import add_pin
+from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
 from tests.support.messages_server import error, text, tool_use
 
@@ -62,14 +63,28 @@ def test_rate_limit_is_retried_by_the_sdk(settings, db, messages_server):
 
 def test_persistent_server_errors_fail_the_message_visibly(settings, db, messages_server):
     s = _anthropic(settings, messages_server, llm_retries=0, max_attempts=1)
-    drop(s, "webchat", "a.json", msg("webchat", "hello", "1"))
+    drop(s, "webchat", "a.jsonl", msg("webchat", "hello", "1"), msg("webchat", "what's on today?", "2"))
     ingest_inbox(s, db)
-    messages_server.script(error(500))
+    messages_server.script(text("hi!"), error(500))
     report = Brain(db, s, make_client(s)).drain()
     assert report.failed == 1
     assert db.run(bus.counts)["failed"] == 1
-    assert "HTTP 500" in db.query("SELECT error FROM bus")[0][0]
-    assert db.query("SELECT ok FROM llm_usage") == [(False,)]
+    answered, failed = db.query("SELECT id FROM bus ORDER BY id")
+    assert "HTTP 500" in db.query("SELECT error FROM bus WHERE state = 'failed'")[0][0]
+    assert db.query("SELECT ok FROM llm_usage ORDER BY ok") == [(False,), (True,)]
+
+    # `cortex retry` lists what failed and why; it tells a wrong id from one that did not fail
+    listed = cortex("retry", home=s.home).stdout.splitlines()
+    assert listed[0].startswith(f"#{failed[0]} webchat (1 attempt(s)): ") and "HTTP 500" in listed[0]
+    assert listed[1:] == ["    what's on today?", "`cortex retry ID` or `--all-failed` puts them back"]
+    wrong = [cortex("retry", str(n), home=s.home, check=False) for n in (answered[0], 999)]
+    assert [(p.returncode, p.stderr.strip()) for p in wrong] == [
+        (2, f"cortex: message {answered[0]} is completed, not failed"),
+        (2, "cortex: no message 999"),
+    ]
+    requeued = cortex("retry", str(failed[0]), home=s.home).stdout.strip()
+    assert requeued == f"requeued 1 message(s): {failed[0]}"
+    assert cortex("retry", home=s.home).stdout.strip() == "no failed messages"
 
 
 def _system_text(request: dict) -> list[tuple[str, bool]]:
