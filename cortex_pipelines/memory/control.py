@@ -450,6 +450,9 @@ def stats(db: Database, settings: Settings) -> dict:
     }
 
 
+IMPORTANCE_NAMES = {"1": "routine", "2": "useful", "3": "critical"}  # `stats` printed "1 3  2 5"
+
+
 def stats_lines(found: dict) -> list[str]:
     """`stats` for a person: one line per tier."""
 
@@ -457,12 +460,13 @@ def stats_lines(found: dict) -> list[str]:
         return "  ".join(f"{k} {v}" for k, v in counts.items()) or "-"
 
     f, pinned, short = found["facts"], found["working_memory"], found["short_term"]
+    importance = {IMPORTANCE_NAMES.get(k, k): n for k, n in f["by_importance"].items()}
     return [
         f"working memory  {pinned['pinned']}/{pinned['limit']} pinned",
         f"short-term      {short['turns']} turn(s) in the last {short['hours']} h",
         f"facts           {f['active']} active  ({spread(f['by_status'])})",
         f"  tiers         {spread(f['by_tier'])}",
-        f"  importance    {spread(f['by_importance'])}",
+        f"  importance    {spread(importance)}",
         f"  categories    {spread(f['by_category'])}",
         f"turns           {found['turns']}",
         f"vectors         episodic {found['vectors']['episodic']}  semantic {found['vectors']['semantic']}",

@@ -368,6 +368,7 @@ def test_stats_count_the_same_through_every_door(door, settings, db):
         assert shown == found
     assert found["working_memory"] == {"pinned": 1, "limit": 10}
     assert found["facts"]["by_importance"] == {"2": 1, "3": 1}
+    assert "  importance    useful 1  critical 1" in control.stats_lines(found)
     assert found["facts"]["by_category"] == {"fact": 1, "goal": 1, "identity": 1}
 
 
