@@ -70,8 +70,9 @@ def session_messages(
 
 
 def _batch_metadata(db: Database, report: DrainReport) -> dict:
-    """One materialization per batch of answers: a run that lingers records each batch when the
-    next one starts, so the counts of all materializations add up."""
+    """One materialization per batch of answers: a run that lingers records each batch as soon as
+    it is answered, and its end with what the bus holds then, so the counts of all materializations
+    add up (the UI shows an answer's batch while the run waits for the next message)."""
     depth = db.run(bus.counts)
     return {
         "processed": report.processed,

@@ -111,8 +111,9 @@ class Brain:
 
     def drain(self, max_messages: int | None = None, linger: Linger | None = None) -> DrainReport:
         """Process every due message; with `linger`, keep answering messages as they arrive until
-        it says the run should end, handing it each batch answered before the last. Returns the
-        last batch. Raises lease.BrainBusy if another process is draining."""
+        it says the run should end, handing it each batch as soon as it is answered. Returns the
+        batch not handed on (with `linger`, an empty one). Raises lease.BrainBusy if another
+        process is draining."""
         report = DrainReport()
         try:
             self.db.run(lease.acquire, "drain", self.settings.lease_timeout_s)
@@ -123,10 +124,13 @@ class Brain:
             self._export()  # what a killed drainer committed
             self._startup_cleanup(report)
             self._answer_due(report, max_messages)
-            while linger is not None and linger.wait_for_messages(answered=report.processed > 0):
-                if report.processed:
+            while linger is not None:
+                answered = report.processed > 0
+                if answered:  # at once: not when the next message comes, nor lost if the run dies
                     linger.on_batch(report)
                     report = DrainReport()
+                if not linger.wait_for_messages(answered=answered):
+                    break
                 self._answer_due(report, max_messages)
         finally:
             self.db.run(lease.release)

@@ -83,6 +83,8 @@ def test_a_lingering_run_answers_the_conversation_then_ends_after_its_idle_windo
         wait_for(lambda: len(_replies(home)) == 1, 180, "the first reply")
         (run,) = _processing_runs(home)
         assert run.status == DagsterRunStatus.STARTED  # answered, and waiting for more
+        (first,) = _session_materializations(home)  # shown in the UI while the run waits
+        assert first.asset_materialization.metadata["processed"].value == 1
 
         cli("send", "webchat", "what did I say about seats?", env=env)
         wait_for(lambda: len(_replies(home)) == 2, 60, "the second reply")
@@ -96,12 +98,18 @@ def test_a_lingering_run_answers_the_conversation_then_ends_after_its_idle_windo
         assert [r.status for r in ended] == [DagsterRunStatus.SUCCESS]
         with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
             logs = " ".join(e.user_message for e in instance.all_logs(run.run_id))
-            materialized = instance.fetch_materializations(AssetKey("session_messages"), limit=10).records
+        materialized = _session_materializations(home)
         assert "bus #1 " in logs and "bus #2 " in logs  # one run log line per message
-        # One materialization per batch of answers, all from this run, their counts adding up.
+        # One materialization per batch of answers and one as the run ends, all from this run,
+        # their counts adding up.
         assert {m.run_id for m in materialized} == {run.run_id}
         processed = [m.asset_materialization.metadata["processed"].value for m in materialized]
-        assert sorted(processed) == [1, 1]
+        assert sorted(processed) == [0, 1, 1]
+
+
+def _session_materializations(home):
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        return instance.fetch_materializations(AssetKey("session_messages"), limit=10).records
 
 
 def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp_path, monkeypatch):
