@@ -4,7 +4,8 @@ without its bookkeeping.
 Every run that materializes session_messages is in the brain lane, however it was launched (a job,
 a sensor, the UI's "Materialize all", the catalog): the shipped dagster.yaml limits the lane to one
 run at a time by its tag, and run monitoring fails a brain-lane run past its max runtime.
-BrainLaneRunCoordinator, the run coordinator that dagster.yaml names, tags every queued run so.
+BrainLaneRunCoordinator, the run coordinator that dagster.yaml names, tags every queued run so, and
+asks a run lingering in the lane for messages to end when another brain-lane run is queued.
 
 A SIGKILLed run never reports its own end: Dagster keeps its record STARTED (which the brain-lane
 tag limit counts as busy) and its steps' pool slots claimed (which blocks every later run's step
@@ -40,6 +41,8 @@ from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
 from cortex_pipelines import processes
+from cortex_pipelines.config import Paths, cortex_home
+from cortex_pipelines.storage.lease import want_lane
 
 BRAIN_ASSET = AssetKey("session_messages")
 BRAIN_LANE = {"cortex/lane": "brain"}
@@ -112,7 +115,15 @@ class BrainLaneRunCoordinator(QueuedRunCoordinator):
         if missing := brain_lane_tags(self._instance, run):
             self._instance.add_run_tags(run.run_id, missing)
             run = self._instance.get_run_by_id(run.run_id) or run
+        if run.tags.get("cortex/lane") == BRAIN_LANE["cortex/lane"] and self._lane_taken_by_another(run):
+            # A processing run lingering for messages (brain/linger.py) ends now: the UI's
+            # "Materialize all" or a launch of cortex_main waited out its idle window in the queue.
+            want_lane(Paths(cortex_home()).db)
         return super().submit_run(context._replace(dagster_run=run))
+
+    def _lane_taken_by_another(self, run: DagsterRun) -> bool:
+        others = self._instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=IN_FLIGHT), limit=2)
+        return any(other.run_id != run.run_id for other in others)
 
 
 @dataclass(frozen=True)

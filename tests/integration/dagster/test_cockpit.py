@@ -14,7 +14,7 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.definitions import defs
 from cortex_pipelines.ingest.inbox import ingest_inbox, ingest_path
-from cortex_pipelines.lanes import BrainLaneRunCoordinator
+from cortex_pipelines.lanes import BRAIN_LANE, BrainLaneRunCoordinator
 from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.resources import cortex_resources
@@ -22,6 +22,7 @@ from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.sensors.scheduler import scheduler
 from cortex_pipelines.storage import Database, bus
 from cortex_pipelines.storage.bus import requeue_failed
+from cortex_pipelines.storage.lease import lane_wanted
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient, scripted_resources
 from tests.support.sensors import evaluate
@@ -127,20 +128,28 @@ def test_the_daemon_looks_at_the_run_queue_twice_a_second(settings):
 def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
     """Launched as the asset graph's "Materialize all" launches it: the implicit asset job with an
     asset selection, through GraphQL, on an instance configured by the shipped dagster.yaml."""
+    wanted = lane_wanted(settings.paths.db)
     with DagsterInstance.get() as instance:
         assert isinstance(instance.run_coordinator, BrainLaneRunCoordinator)
+        # a processing run lingering for messages, as `cortex dev` keeps one
+        instance.add_run(
+            DagsterRun(job_name="process_messages", status=DagsterRunStatus.STARTED, tags=BRAIN_LANE)
+        )
         workspace = str(settings.paths.dagster_home / "workspace.yaml")
+        runs, lingering_asked_to_end = {}, {}
         with define_out_of_process_context(workspace, None, instance) as context:
-            runs = {
-                name: materialize_assets(context, [AssetKey(k) for k in keys]).data["launchPipelineExecution"]
-                for name, keys in {
-                    "all": ["session_messages", "episodic_memory", "threads"],
-                    "memory": ["episodic_memory"],
-                }.items()
-            }
+            for name, keys in {
+                "memory": ["episodic_memory"],
+                "all": ["session_messages", "episodic_memory", "threads"],
+            }.items():
+                launched = materialize_assets(context, [AssetKey(k) for k in keys])
+                runs[name] = launched.data["launchPipelineExecution"]
+                lingering_asked_to_end[name] = wanted.exists()
         tags = {name: instance.get_run_by_id(r["run"]["runId"]).tags for name, r in runs.items()}
     assert tags["all"]["cortex/lane"] == "brain" and tags["all"]["dagster/max_runtime"] == "3600"
     assert "cortex/lane" not in tags["memory"] and "dagster/max_runtime" not in tags["memory"]
+    # it would hold the lane for its idle window (120 s) while "Materialize all" waits in the queue
+    assert lingering_asked_to_end == {"memory": False, "all": True}
 
 
 def test_sensors_evaluated_in_one_tick_request_one_run_for_the_same_messages(settings):
