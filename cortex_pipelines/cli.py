@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+from contextlib import suppress
 from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import resources
@@ -35,7 +36,7 @@ from cortex_pipelines.memory.recall import Hit, note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.processes import start_polars_keeping_sigint
+from cortex_pipelines.processes import group_ended, start_polars_keeping_sigint
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
@@ -863,10 +864,15 @@ def dev(
     threading.Thread(target=_say_if_unprepared, args=(prepare,), name="prepare-encoder", daemon=True).start()
     # Ctrl-C and SIGTERM stop the children as Ctrl-C does. Handled here, SIGINT is at its default in
     # `dagster dev`: started in the background of a script (`cortex dev &`), both inherited it
-    # ignored, and nothing stopped them.
+    # ignored, and nothing stopped them. A closed terminal (SIGHUP) stops them too, unless nohup
+    # ignores it: the children, in sessions of their own, no longer get it from the shell.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    proc = subprocess.Popen(cmd, env=dagster_env(settings))
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
+    # Its own session: the terminal's Ctrl-C is ours alone. Sent to every process at once, it
+    # interrupted run workers' helpers (two tracebacks) and `dagster dev` twice, mid-shutdown.
+    proc = subprocess.Popen(cmd, env=dagster_env(settings), start_new_session=True)
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,
@@ -878,6 +884,8 @@ def dev(
     try:
         code = proc.wait()
     except KeyboardInterrupt:
+        if gateway is not None:
+            gateway.wind_down()
         code = _stop(proc)
     finally:
         stop_starter.set()
@@ -890,14 +898,19 @@ def dev(
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> int:
-    """Stop `dagster dev` as Ctrl-C does, then by SIGTERM and SIGKILL if it has not ended within
-    the grace period each (a second Ctrl-C or SIGTERM meanwhile goes on to the next step)."""
-    for stop in (lambda: proc.send_signal(signal.SIGINT), proc.terminate, proc.kill):
-        stop()
-        try:
-            return proc.wait(grace_s)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            continue
+    """Stop `dagster dev` as Ctrl-C does (it stops its webserver and daemon), then what is left of
+    its session (the code server, which waits for a lingering run, and the run, which SIGTERM ends
+    cleanly) by SIGTERM, then SIGKILL, each step after the grace period of the one before (a second
+    Ctrl-C or SIGTERM meanwhile goes on to the next step)."""
+    with suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.send_signal(signal.SIGINT)
+        proc.wait(grace_s)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with suppress(ProcessLookupError):  # nothing left
+            os.killpg(proc.pid, signum)  # `dagster dev` leads its own process group
+        with suppress(KeyboardInterrupt):
+            if group_ended(proc.pid, grace_s):
+                break
     return proc.wait()
 
 

@@ -84,12 +84,37 @@ def stop(proc: subprocess.Popen, grace_s: float) -> int:
     return proc.wait()
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether a process of process group `pgid` still runs; zombies, which only wait to be reaped,
+    do not count."""
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+    return False
+
+
+def group_ended(pgid: int, timeout_s: float) -> bool:
+    """Whether every process of group `pgid` has ended within `timeout_s`. They need not be our
+    children (a grandchild whose parent has gone), so this polls."""
+    deadline = time.monotonic() + timeout_s
+    while group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 BAD_INPUT = 2  # a `cortex` command's exit status for bad input or configuration
 
 
 class Supervised:
     """A child process kept running, restarted with growing pauses when it exits, until stopped (a
-    connector whose network dropped must not take the gateway down, nor stay down)."""
+    connector whose network dropped must not take the gateway down, nor stay down). It runs in its
+    own session: the terminal's Ctrl-C is its parent's alone, which then stops it in order (told at
+    once, the gateway under `cortex dev` drained, exited and was restarted while `cortex dev` stopped)."""
 
     def __init__(self, name: str, cmd: list[str], env: dict[str, str], say: Callable[[str], None]):
         self.name, self.cmd, self.env, self.say = name, cmd, env, say
@@ -107,7 +132,7 @@ class Supervised:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                self.proc = subprocess.Popen(self.cmd, env=self.env)
+                self.proc = subprocess.Popen(self.cmd, env=self.env, start_new_session=True)
                 started = time.monotonic()
             code = self.proc.wait()
             if self._stopping.is_set():
@@ -119,6 +144,11 @@ class Supervised:
             self.say(f"{self.name} exited with status {code}; restarting in {pause:.0f} s")
             if self._stopping.wait(pause):
                 return
+
+    def wind_down(self) -> None:
+        """Restart nothing from now on, and say nothing of a child that exits: its parent is stopping,
+        and a signal sent to every process at once (systemd stopping the service) may reach it first."""
+        self._stopping.set()
 
     def stop(self, grace_s: float) -> None:
         with self._lock:

@@ -7,9 +7,11 @@ and finishes the requests in flight. A second Ctrl-C stops at once.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -23,6 +25,35 @@ HOST = "127.0.0.1"
 CONNECTOR_GRACE_S = 30.0  # a connector sending a long reply in parts, or waiting out a 429
 REQUEST_GRACE_S = 10.0
 _CONNECT = [sys.executable, "-m", "cortex_pipelines.cli", "connect"]
+
+
+_PORT_PROBLEMS = {
+    errno.EADDRINUSE: "is already in use (another gateway?)",
+    errno.EACCES: "needs privileges this user lacks",
+}
+_CHOOSE_ANOTHER_PORT = "pass --port (cortex dev: --gateway-port) or set CORTEX_GATEWAY_PORT"
+
+
+class PortUnavailable(Exception):
+    """The gateway's port cannot be listened on; the message is one line for the user."""
+
+
+def listen(port: int) -> socket.socket:
+    """A socket listening on HOST:`port`, made before the banner names that URL: a port another
+    program holds fails here, once, instead of in uvicorn after the banner (and, under `cortex dev`,
+    again at every restart)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart within TIME_WAIT binds
+    try:
+        sock.bind((HOST, port))
+        sock.listen()  # connections queue from the banner on; uvicorn sets its own backlog
+    except OSError as exc:
+        sock.close()
+        why = _PORT_PROBLEMS.get(exc.errno)
+        if why is None:
+            raise
+        raise PortUnavailable(f"port {port} on {HOST} {why}; {_CHOOSE_ANOTHER_PORT}") from None
+    return sock
 
 
 def configured_connectors(settings: Settings) -> list[str]:
@@ -46,8 +77,8 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig, frame) -> None:
         """First signal: drain in a thread, so the loop keeps serving the connectors' last acks. A
-        second Ctrl-C stops at once; a SIGTERM while draining (`cortex dev` stopping its children
-        after the terminal's Ctrl-C reached them all) changes nothing."""
+        second Ctrl-C stops at once; a SIGTERM while draining (`cortex dev` stopping its gateway
+        after systemd signalled every process of the service) changes nothing."""
         if self._draining:
             if sig == signal.SIGINT:
                 self.should_exit = self.force_exit = True
@@ -62,7 +93,9 @@ class _Server(uvicorn.Server):
 
 
 def serve(settings: Settings, port: int, say) -> None:
-    """Serve until SIGTERM or Ctrl-C; `settings.ingest_api_key` must be set."""
+    """Serve until SIGTERM or Ctrl-C; `settings.ingest_api_key` must be set. Raises PortUnavailable
+    before saying anything when the port cannot be listened on."""
+    sock = listen(port)
     connectors = [
         Supervised(
             f"connector {name}",
@@ -87,7 +120,7 @@ def serve(settings: Settings, port: int, say) -> None:
         say(f"starting {connector.name}")
         connector.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         for connector in connectors:
             connector.stop(CONNECTOR_GRACE_S)

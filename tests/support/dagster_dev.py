@@ -13,6 +13,8 @@ import urllib.request
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import psutil
+
 RUNS_QUERY = "{ runsOrError { ... on Runs { results { runId jobName status creationTime } } } }"
 
 
@@ -62,6 +64,26 @@ def successful_run(port: int, job: str) -> dict | None:
     return done[0] if done else None
 
 
+def process_groups(proc: subprocess.Popen) -> set[int]:
+    """The process groups of `proc` and of every process it started, now: `cortex dev` starts
+    `dagster dev` and the gateway in sessions of their own."""
+    groups = set()
+    for process in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        with suppress(ProcessLookupError):
+            groups.add(os.getpgid(process.pid))
+    return groups
+
+
+def alive_in(groups: set[int]) -> list[psutil.Process]:
+    """The processes of those groups that still run (a zombie only waits to be reaped)."""
+    alive = []
+    for process in psutil.process_iter():
+        with suppress(OSError, psutil.Error):
+            if os.getpgid(process.pid) in groups and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+    return alive
+
+
 @contextmanager
 def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False):
     """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards.
@@ -89,10 +111,14 @@ def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False):
         wait_for(ui_up, 120, "the Dagster UI")
         yield port, env, proc
     finally:
+        groups = process_groups(proc) if proc.poll() is None else set()
         with suppress(ProcessLookupError):  # a test may have stopped it already
             os.killpg(proc.pid, signal.SIGINT)
             with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=60)
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left
+            os.killpg(proc.pid, signal.SIGKILL)
+        for process in alive_in(groups):  # whatever of its children's groups is left
+            with suppress(psutil.Error):
+                process.kill()
         proc.wait()
         log.close()

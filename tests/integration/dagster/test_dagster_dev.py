@@ -11,7 +11,15 @@ import time
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus
 
-from tests.support.dagster_dev import cli, cortex_dev, graphql, successful_run, wait_for
+from tests.support.dagster_dev import (
+    alive_in,
+    cli,
+    cortex_dev,
+    graphql,
+    process_groups,
+    successful_run,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +49,10 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
         assert status["bus"]["completed"] == 1
         assert (home / "dagster_home" / "dagster.yaml").exists()
         # Stopped as a supervisor or an IDE stops it: SIGINT to its own pid, not its whole group.
+        groups = process_groups(proc)
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
-        wait_for(lambda: not _group_alive(proc.pid), 30, "every process of its group to end")
+        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
     assert proc.returncode in (0, 130, -signal.SIGINT), (tmp_path / "dev.log").read_text()[-3000:]
 
 
@@ -52,17 +61,10 @@ def test_cortex_dev_started_in_a_scripts_background_stops_on_sigterm(tmp_path):
     """`cortex dev &` in a script inherits SIGINT ignored: SIGTERM, passed on as Ctrl-C, stopped
     nothing, and its seven processes ran on."""
     with cortex_dev(tmp_path / "home", tmp_path / "dev.log", sigint_ignored=True) as (_port, _env, proc):
+        groups = process_groups(proc)
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=120)
-        wait_for(lambda: not _group_alive(proc.pid), 30, "every process of its group to end")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
 
 
 def _replies(home) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.dagster_dev import cli, cortex_dev, free_port, wait_for
+from tests.support.dagster_dev import alive_in, cli, cortex_dev, free_port, process_groups, wait_for
 from tests.support.gateway import AUTH, KEY, cortex_serve
 
 pytestmark = pytest.mark.slow
@@ -37,6 +38,30 @@ def test_serve_refuses_to_start_without_a_key(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "cortex: CORTEX_INGEST_API_KEY is not set; the gateway never serves without a key"
+    ]
+
+
+def test_serve_says_in_one_line_that_its_port_is_taken(tmp_path):
+    """It printed its banner with another server's URL, then uvicorn's error; under `cortex dev`
+    it was restarted forever. Exit 2 is a bad configuration, which `cortex dev` does not restart."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORTEX_")}
+    env.update({"CORTEX_HOME": str(tmp_path / "home"), "CORTEX_INGEST_API_KEY": KEY})
+    with socket.socket() as other_server:
+        other_server.bind(("127.0.0.1", 0))
+        other_server.listen()
+        port = other_server.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "cortex_pipelines.cli", "serve", "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert done.stdout == ""  # no banner
+    assert done.stderr.strip().splitlines() == [
+        f"cortex: port {port} on 127.0.0.1 is already in use (another gateway?); "
+        "pass --port (cortex dev: --gateway-port) or set CORTEX_GATEWAY_PORT"
     ]
 
 
@@ -117,19 +142,33 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
 
 
 def test_cortex_dev_runs_the_gateway_beside_the_ui_and_stops_it(tmp_path, monkeypatch):
+    """Ctrl-C in a terminal reaches every process of the foreground group: the gateway drained and
+    was restarted, run workers' helpers printed tracebacks. Only `cortex dev` gets it now, and it
+    stops the rest."""
     gateway_port = free_port()
     monkeypatch.setenv("CORTEX_INGEST_API_KEY", KEY)
     monkeypatch.setenv("CORTEX_GATEWAY_PORT", str(gateway_port))
-    health = f"http://127.0.0.1:{gateway_port}/health"
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "120")  # the run still waits for more at Ctrl-C
+    base = f"http://127.0.0.1:{gateway_port}"
+    log = tmp_path / "dev.log"
 
     def gateway_up():
         try:
-            return httpx.get(health, timeout=2).json()["status"] == "ok"
+            return httpx.get(f"{base}/health", timeout=2).json()["status"] == "ok"
         except httpx.TransportError:
             return False
 
-    with cortex_dev(tmp_path / "home", tmp_path / "dev.log"):
+    with cortex_dev(tmp_path / "home", log) as (_port, _env, proc):
         wait_for(gateway_up, 60, "the gateway of cortex dev")
+        sent = httpx.post(f"{base}/ingest", json=_envelope("d-1", "I prefer window seats."), headers=AUTH)
+        assert sent.status_code == 202
+        wait_for(lambda: _poll(base), 120, "the reply, through the gateway")
+        groups = process_groups(proc)
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
+        proc.wait(timeout=90)
+        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
     with pytest.raises(httpx.TransportError):
-        httpx.get(health, timeout=2)
-    assert KEY not in (tmp_path / "dev.log").read_text()
+        httpx.get(f"{base}/health", timeout=2)
+    output = log.read_text()
+    assert KEY not in output
+    assert proc.returncode == 0 and "Traceback" not in output and "restarting" not in output, output[-3000:]
