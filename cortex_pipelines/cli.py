@@ -36,7 +36,11 @@ from cortex_pipelines.memory.recall import Hit, note_use
 from cortex_pipelines.memory.recall import recall as memory_recall
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
-from cortex_pipelines.processes import group_ended, start_polars_keeping_sigint
+from cortex_pipelines.processes import (
+    group_ended,
+    own_session_ending_with_parent,
+    start_polars_keeping_sigint,
+)
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError
@@ -871,8 +875,9 @@ def dev(
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         signal.signal(signal.SIGHUP, signal.default_int_handler)
     # Its own session: the terminal's Ctrl-C is ours alone. Sent to every process at once, it
-    # interrupted run workers' helpers (two tracebacks) and `dagster dev` twice, mid-shutdown.
-    proc = subprocess.Popen(cmd, env=dagster_env(settings), start_new_session=True)
+    # interrupted run workers' helpers (two tracebacks) and `dagster dev` twice, mid-shutdown. It
+    # gets SIGTERM if we die, even by SIGKILL.
+    proc = subprocess.Popen(cmd, env=dagster_env(settings), preexec_fn=own_session_ending_with_parent)
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,

@@ -8,9 +8,11 @@ answers, and after a while the pid can belong to a new, unrelated process.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -107,6 +109,20 @@ def group_ended(pgid: int, timeout_s: float) -> bool:
     return True
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up here, not in the child: a forked child of a threaded process must not load libraries.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def own_session_ending_with_parent() -> None:
+    """Popen's preexec_fn for a long-running child: a session of its own, so the terminal's Ctrl-C
+    is its parent's alone (which stops its children in order), and on Linux SIGTERM when the parent
+    dies, even by SIGKILL, which no longer reaches a child in another session through its group."""
+    os.setsid()
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 BAD_INPUT = 2  # a `cortex` command's exit status for bad input or configuration
 
 
@@ -132,7 +148,9 @@ class Supervised:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                self.proc = subprocess.Popen(self.cmd, env=self.env, start_new_session=True)
+                self.proc = subprocess.Popen(
+                    self.cmd, env=self.env, preexec_fn=own_session_ending_with_parent
+                )
                 started = time.monotonic()
             code = self.proc.wait()
             if self._stopping.is_set():

@@ -15,6 +15,7 @@ from tests.support.dagster_dev import (
     alive_in,
     cli,
     cortex_dev,
+    free_port,
     graphql,
     process_groups,
     successful_run,
@@ -129,14 +130,24 @@ def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp
         assert ended.status == DagsterRunStatus.SUCCESS
 
 
-def test_cortex_dev_makes_the_query_encoder_before_the_first_message(tmp_path, monkeypatch):
+def test_cortex_dev_makes_the_query_encoder_first_and_nothing_it_started_outlives_its_sigkill(
+    tmp_path, monkeypatch
+):
     """On a machine without the ONNX query encoder, the first reply would wait about 7 s for its
-    export: `cortex dev` makes it as it starts, before anything is sent."""
+    export: `cortex dev` makes it as it starts, before anything is sent. Killed (OOM, `kill -9`),
+    `cortex dev` leaves nothing running: its children are in sessions of their own, out of reach
+    of a signal to its group, and the six of them (UI, daemon, code server, gateway, …) had run on
+    holding the ports."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    with cortex_dev(tmp_path / "home", tmp_path / "dev.log"):
+    monkeypatch.setenv("CORTEX_INGEST_API_KEY", "a-test-key-of-20-chars")  # the gateway runs too
+    monkeypatch.setenv("CORTEX_GATEWAY_PORT", str(free_port()))
+    with cortex_dev(tmp_path / "home", tmp_path / "dev.log") as (_port, _env, proc):
         exports = wait_for(lambda: list((cache / "cortex" / "onnx").glob("*.onnx")), 120, "the ONNX export")
         assert [p.name.split("-")[0] for p in exports] == ["all"]  # all-MiniLM-L6-v2-<digest>.onnx
+        groups = process_groups(proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        wait_for(lambda: not alive_in(groups), 60, "every process it started to end")
 
 
 def test_cortex_dev_says_when_it_cannot_make_the_query_encoder(tmp_path, monkeypatch):
