@@ -481,7 +481,7 @@ RECALL_SHOWN_CHARS = 300  # a pasted 64 KiB message filled the terminal
 def _said_by(settings: Settings, hit: Hit) -> str:
     """Who said a hit, when not the owner (a fact is the owner's), in the brain's words: otherwise a
     stranger's "I live in Moscow" read as yours."""
-    if hit.fact_id is not None or settings.is_owner(hit.channel or "", hit.sender):
+    if hit.fact_id is not None or settings.said_by_owner(hit.channel or "", hit.sender):
         return ""
     return f" · {shorten(hit.sender or 'unknown sender', 40)} (not the owner)"
 

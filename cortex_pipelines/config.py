@@ -330,6 +330,12 @@ class Settings(BaseSettings):
         owner's terminal). On the router channel, the senders whose results complete delegated ops."""
         return channel == ADMIN_CHANNEL or (sender is not None and sender in self.owner_ids(channel))
 
+    def said_by_owner(self, channel: str, sender: str | None) -> bool:
+        """Whether a turn holds the user's own words: an owner's, never a router result. The router's
+        senders own that channel only to complete delegated work; what they send is another
+        agent's text, untrusted."""
+        return channel != ROUTER_CHANNEL and self.is_owner(channel, sender)
+
     def mode_for(self, channel: str) -> ChannelMode:
         if channel == ADMIN_CHANNEL:  # the owner's own terminal (`cortex chat`) is always answered
             return "live"

@@ -145,10 +145,11 @@ def _fit(blocks: list[str], chars: int) -> list[str]:
 
 
 def _header(settings: Settings, turn: Turn) -> str:
-    """A stranger's header says so (a schedule's firing is the owner's), and no "]" in their sender
-    ends it early: otherwise their turn read like the owner's, who gets the memory tools."""
+    """A stranger's or a router result's header says so (a schedule's firing is the owner's), and no
+    "]" in their sender ends it early: otherwise their turn read like the owner's, who gets the
+    memory tools."""
     firing = turn.channel == schedules.CHANNEL and turn.sender == schedules.SENDER
-    if firing or settings.is_owner(turn.channel, turn.sender):
+    if firing or settings.said_by_owner(turn.channel, turn.sender):
         who = turn.sender or "unknown"
     else:
         who = _not_the_owner(turn.sender).replace("]", "\\]")
@@ -208,8 +209,9 @@ def _not_the_owner(sender: str | None) -> str:
 
 
 def _who_said(settings: Settings, channel: str, sender: str | None) -> str:
-    """The user only for the owner: a stranger's words must not read as the user's."""
-    if settings.is_owner(channel, sender):
+    """The user only for the owner: a stranger's words, or a router result, must not read as the
+    user's."""
+    if settings.said_by_owner(channel, sender):
         return "user"
     return _not_the_owner(sender)
 

@@ -274,7 +274,8 @@ class Brain:
             query_vector=query_vector,
         )
         # A stranger's words are theirs, never "what the user said before".
-        return [h for h in hits if h.fact_id is not None or self.settings.is_owner(h.channel or "", h.sender)]
+        owner_said = self.settings.said_by_owner
+        return [h for h in hits if h.fact_id is not None or owner_said(h.channel or "", h.sender)]
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:
         """Knowledge updates, at write time so the next message sees them: an owner statement that

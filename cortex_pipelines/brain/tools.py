@@ -329,7 +329,7 @@ class ToolRunner:
             {
                 **hit.as_dict(),
                 "said_by_owner": hit.fact_id is not None
-                or self.settings.is_owner(hit.channel or "", hit.sender),
+                or self.settings.said_by_owner(hit.channel or "", hit.sender),
             }
             for hit in hits
         ]
@@ -402,7 +402,7 @@ class ToolRunner:
                 "id": t.id,
                 "role": t.role,
                 "sender": t.sender,
-                "said_by_owner": t.role == "user" and self.settings.is_owner(t.channel, t.sender),
+                "said_by_owner": t.role == "user" and self.settings.said_by_owner(t.channel, t.sender),
                 "text": t.content,
                 "at": t.ts.isoformat(timespec="minutes"),
             }

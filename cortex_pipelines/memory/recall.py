@@ -5,8 +5,11 @@ full-text search are fused with reciprocal rank fusion; the fused score is then 
 recency, importance, hit count and decay. Session turns not yet indexed (the tail since the last
 episodic run) are read from DuckDB with the vectors the brain stored when it recorded them, and
 matched by stemmed keywords and by meaning, so what was said a minute ago is found too.
-Every hit carries the session ids it came from. The search only reads; a caller that shows the
-hits calls `note_use` (seed 000: a returned hot fact counts a hit, a cold one is promoted).
+Every hit carries the session ids it came from. A result of delegated work (the router channel) is
+never a memory: another agent wrote it, not the user; one that completed an op reaches memory as
+the fact harvesting writes of it (memory/harvest.py), which says what it is. The search only
+reads; a caller that shows the hits calls `note_use` (seed 000: a returned hot fact counts a hit, a
+cold one is promoted).
 How the signals are weighed is a `RecallConfig` (recall_config.py).
 """
 
@@ -18,8 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from cortex_pipelines.config import Settings
+from cortex_pipelines.config import ROUTER_CHANNEL, Settings
 from cortex_pipelines.memory import tail
 from cortex_pipelines.memory.dates import named_times, said_then
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
@@ -176,7 +181,7 @@ def recall(
 
     asked = stemmed(query)
     active = fact_table.where(status="active")
-    said = episode_table.where(exclude_sources, role="user")
+    said = episode_table.where(exclude_sources, role="user") & ~episode_table.where(channel=ROUTER_CHANNEL)
     fact_words = fact_table.text_search(query, pool, active)
     episode_words = episode_table.text_search(query, pool, said)
     recent, recent_vectors, hot, links, forgotten = db.run_unchanged(
@@ -274,7 +279,9 @@ def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool,
     """What recall needs from DuckDB before it searches, in one short transaction; the same for
     every query until some process writes the file, so `run_unchanged` keeps it (shared: never
     changed)."""
-    recent = turn_vectors.user_turns_since(con, EPISODIC_CURSOR, tail_turns, everything=whole_tail)
+    recent = _not_delegated_results(
+        turn_vectors.user_turns_since(con, EPISODIC_CURSOR, tail_turns, everything=whole_tail)
+    )
     return (
         recent,
         tail.stored_vectors(con, file, model, recent),
@@ -282,6 +289,12 @@ def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool,
         updates.links(con),
         frozenset(fact_store.forgotten_sources(con)),
     )
+
+
+def _not_delegated_results(turns: pa.Table) -> pa.Table:
+    """The tail without router results, as the indexed turns are searched: an unsolicited one read
+    as something the user had said (its text is another agent's, untrusted)."""
+    return turns.filter(pc.not_equal(turns.column("channel"), ROUTER_CHANNEL))
 
 
 def _fact_signals(db: Database, fact_ids: list[int]) -> dict[int, dict]:

@@ -9,6 +9,7 @@ from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
 ORPHANED = "orphaned from prior session (startup cleanup)"
+OVERDUE = "no result before its deadline"
 
 
 def spawn(con, bus_id: int, description: str, expected_channel: str, deadline_h: float) -> str:
@@ -76,6 +77,31 @@ def _named(con, text: str, metadata: dict) -> tuple[list[str], str | None]:
     return [r[0] for r in rows.fetchall()], f"op_ref {ref!r}"
 
 
+def _utc(at: datetime) -> str:
+    return f"{at:%Y-%m-%d %H:%M} UTC"
+
+
+def _closed(con, op_id: str) -> str | None:
+    """What became of an op that is no longer open, for a result naming it by its exact id (None
+    when no op has it): told "no open operation … name the op by its exact op_id", a result that
+    came after supervision failed its op read as a typo. A closed op is never reopened."""
+    row = con.execute(
+        "SELECT status, result, deadline_at, completed_at, archived_at FROM pending_ops WHERE id = ?", [op_id]
+    ).fetchone()
+    if row is None:
+        return None
+    status, result, deadline_at, closed_at, archived_at = row
+    if status == "failed" and result == f"Error: {OVERDUE}":
+        was = f"failed by supervision at {_utc(closed_at)} (overdue since {_utc(deadline_at)})"
+    elif status == "failed":
+        was = f"failed at {_utc(closed_at)}: {result.removeprefix('Error: ')}"
+    elif status == "archived":
+        was = f"completed at {_utc(closed_at)} and archived at {_utc(archived_at)}"
+    else:  # completed by an earlier result
+        was = f"completed at {_utc(closed_at)} by an earlier result"
+    return f"op {op_id} was already {was}"
+
+
 def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tuple[dict | None, str | None]:
     """A router message completes the one op it names, and only from a configured router sender.
     Returns (op, note): the note says why a message that names an op completed nothing."""
@@ -84,6 +110,8 @@ def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tupl
         return None, None
     if not trusted:
         return None, f"the sender is not a configured router sender: {what} completed nothing"
+    if not named and metadata.get("op_id") and (closed := _closed(con, str(metadata["op_id"]))):
+        return None, f"{closed}; this result completed nothing"
     if len(named) != 1:
         found = f"{len(named)} open operations ({', '.join(named[:5])})" if named else "no open operation"
         return None, f"{what} matches {found}: nothing was completed; name the op by its exact op_id"
@@ -142,9 +170,8 @@ def fail_orphans(con, bus_ids: list[int]) -> int:
 def fail_overdue(con) -> list[str]:
     """Ops whose deadline passed without a result: failed, and shown as [FAILED] once."""
     rows = con.execute(
-        "UPDATE pending_ops SET status = 'failed', completed_at = ?, "
-        "result = 'Error: no result before its deadline' "
+        "UPDATE pending_ops SET status = 'failed', completed_at = ?, result = ? "
         "WHERE status = 'pending' AND deadline_at < ? RETURNING id",
-        [utcnow(), utcnow()],
+        [utcnow(), f"Error: {OVERDUE}", utcnow()],
     ).fetchall()
     return [r[0] for r in rows]

@@ -143,10 +143,12 @@ def last_said(con) -> dict[str, tuple[str | None, str]]:
 
 
 def inbound_since(con, since: datetime, limit: int) -> list[dict]:
-    """The newest `limit` inbound turns since a time, oldest first, with who sent each."""
+    """The newest `limit` inbound turns since a time, oldest first, with who sent each; never a
+    router result: the router's sender owns that channel only to complete delegated work, and its
+    text, another agent's, listed as the owner's turn."""
     cur = con.execute(
-        "SELECT id, channel, sender, content, ts FROM session WHERE role = 'user' AND ts >= ? "
-        "ORDER BY ts DESC, id DESC LIMIT ?",
+        "SELECT id, channel, sender, content, ts FROM session "
+        "WHERE role = 'user' AND channel <> 'router' AND ts >= ? ORDER BY ts DESC, id DESC LIMIT ?",
         [since, limit],
     )
     return list(reversed(dict_rows(cur)))
