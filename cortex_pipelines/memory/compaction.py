@@ -5,9 +5,10 @@ compacted turns is written first, so nothing said in the last stretch is lost to
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cortex_pipelines.config import Settings
@@ -17,7 +18,7 @@ from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.fusion import keywords
 from cortex_pipelines.publish.outputs import redact
 from cortex_pipelines.publish.safe import one_line, redact_secrets
-from cortex_pipelines.storage import Database, summaries, utcnow
+from cortex_pipelines.storage import Database, published, summaries, utcnow
 
 SNAPSHOT_TURNS = 12
 SUMMARY_SYSTEM = """Summarize what this conversation is about and its current focus in one or two \
@@ -33,11 +34,11 @@ class CompactionReport:
 
 
 def _speaker(settings: Settings, turn: dict) -> str:
-    """Who said a turn: "user" only for the owner, so a stranger's words in the snapshot or a summary
-    read as theirs."""
+    """Who said a turn: "user" only for the owner, so a stranger's words (or a router result) in the
+    snapshot or a summary read as theirs."""
     if turn["role"] != "user":
         return "agent"
-    if settings.is_owner(turn["channel"], turn["sender"]):
+    if settings.said_by_owner(turn["channel"], turn["sender"]):
         return "user"
     return f"{one_line(turn['sender'] or 'unknown sender', 40)} (not the owner)"
 
@@ -52,17 +53,38 @@ def _offline_summary(turns: list[dict], previous: str | None, settings: Settings
     return f"{len(turns)} recent message(s) about {topics}; last from {said_by}: “{line}”"
 
 
-def _snapshot(path: Path, by_conversation: dict[str, list[dict]], settings: Settings) -> None:
+def _snapshot(by_conversation: dict[str, list[dict]], settings: Settings, written: datetime) -> str:
     """out/hot-snapshot.md is published (BOOTSTRAP.md embeds it): a section per conversation, headed
     by its key, and every turn one escaped, redacted line (chat and thread ids are untrusted too)."""
-    lines = ["# Hot snapshot", "", f"Written {utcnow():%Y-%m-%d %H:%M} UTC before compaction.", ""]
+    lines = ["# Hot snapshot", "", f"Written {written:%Y-%m-%d %H:%M} UTC before compaction.", ""]
     for conversation, turns in by_conversation.items():
         lines.append(f"## {one_line(conversation, 80)}")
         for t in turns[-SNAPSHOT_TURNS:]:
             who = _speaker(settings, t)
             lines.append(f"- [{t['ts']:%Y-%m-%d %H:%M}] {who}: {one_line(t['content'], 300)} (msg {t['id']})")
         lines.append("")
-    write_atomic(path, redact("\n".join(lines), settings))
+    return redact("\n".join(lines), settings)
+
+
+def republish_snapshot(db: Database, settings: Settings) -> None:
+    """A forget must leave hot-snapshot.md at once, like the other published files, and an unforget
+    bring its turns back: the snapshot is written again from the turns it showed that are not
+    forgotten now, with its own time. The file keeps its time too, as BOOTSTRAP.md embeds a snapshot
+    for an hour after that: a forget must not make an old one new."""
+    path = settings.paths.hot_snapshot
+    shown = db.run(published.snapshot_shown)
+    if shown is None or not path.is_file():
+        return
+    written, turn_ids = shown
+    by_conversation: dict[str, list[dict]] = {}
+    for turn in db.run(summaries.snapshot_turns, turn_ids):
+        by_conversation.setdefault(turn["conversation"], []).append(turn)
+    content = _snapshot(by_conversation, settings, written)
+    if content == path.read_text(encoding="utf-8"):
+        return
+    kept = path.stat()
+    write_atomic(path, content)
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
 
 
 def compact_idle_conversations(db: Database, settings: Settings, llm: LLMClient | None) -> CompactionReport:
@@ -78,9 +100,13 @@ def compact_idle_conversations(db: Database, settings: Settings, llm: LLMClient 
         if turns:
             by_conversation[conversation] = turns
     if by_conversation:
-        report.snapshot = settings.paths.hot_snapshot
+        report.snapshot, written = settings.paths.hot_snapshot, utcnow()
+        shown = [t["id"] for turns in by_conversation.values() for t in turns[-SNAPSHOT_TURNS:]]
+        # Recorded first: after a crash between the two, a forget writes this snapshot, not the
+        # turns of the one before.
+        db.run(published.record_snapshot, report.snapshot, shown, written)
         try:
-            _snapshot(report.snapshot, by_conversation, settings)
+            write_atomic(report.snapshot, _snapshot(by_conversation, settings, written))
         except OSError:
             report.snapshot = None  # graceful: the summary is still written to DuckDB
     for conversation in idle:

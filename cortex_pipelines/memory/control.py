@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from cortex_pipelines.config import ADMIN_CHANNEL, Settings
+from cortex_pipelines.memory.compaction import republish_snapshot
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.memory.maintenance import similar_pairs
@@ -254,11 +255,16 @@ def unforget(
 
 
 def _publish_now(db: Database, settings: Settings) -> None:
-    """Every prompt carries the bulletin and other agents read narrative.md and BOOTSTRAP.md: a
-    forgotten fact and its turns must leave them now (and come back with unforget), not when new
-    input next rebuilds them. No model call: the bulletin's next refresh writes prose again. A
-    file not yet written quotes nothing; BOOTSTRAP.md goes last, as it embeds the narrative."""
+    """Every prompt carries the bulletin and other agents read hot-snapshot.md, narrative.md and
+    BOOTSTRAP.md: a forgotten fact and its turns must leave them now (and come back with unforget),
+    not when new input next rebuilds them. No model call: the bulletin's next refresh writes prose
+    again. A file not yet written quotes nothing; BOOTSTRAP.md goes last, as it embeds the snapshot
+    and the narrative."""
     bulletin.refresh(db, settings, None, log.warning)
+    try:
+        republish_snapshot(db, settings)
+    except OSError as exc:
+        log.warning("could not write %s: %s", settings.paths.hot_snapshot, exc.strerror or exc)
     for name, write in (("narrative", narrative.write_narrative), ("boot_context", boot.write_boot_context)):
         result = write(db, settings) if settings.paths.published[name].is_file() else None
         if result is not None and result.error:

@@ -48,7 +48,7 @@ from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
-from cortex_pipelines.text import QUESTION, never_an_answer, split_sentences
+from cortex_pipelines.text import QUESTION, collapse_spaces, never_an_answer, normalize, split_sentences
 
 log = logging.getLogger(__name__)
 _unreadable_warned: set[str] = set()
@@ -272,7 +272,7 @@ def recall(
     hits.sort(key=lambda h: h.score, reverse=True)
     if qvec is not None:  # a query matched by keywords alone compares nothing by meaning
         _changes_first(hits, query, k, settings, embedder, config)
-    return hits[:k]
+    return _one_hit_per_statement(hits, settings)[:k]
 
 
 def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool, hot_facts: bool) -> tuple:
@@ -404,6 +404,35 @@ def _facts_stand_for_their_turns(hits: list[Hit], config: RecallConfig) -> list[
                 hit.score = max(hit.score, turn.score)
                 merged.add(source)
     return [h for h in hits if h.fact_id is not None or not merged.intersection(h.sources)]
+
+
+def _one_hit_per_statement(hits: list[Hit], settings: Settings) -> list[Hit]:
+    """A statement is listed once: a fact merged from duplicates, or said again and again, came back
+    beside each turn it was drawn from ("I'm allergic to peanuts" four times). The same words from
+    the same person, case and spacing aside, are one hit in the place of the best of them, with its
+    score and every source, and a fact among them stands for the rest. A fact also stands for a turn
+    it was drawn from that says its words, punctuation aside too (write-time dedupe's normal form):
+    `_facts_stand_for_their_turns` folds in only the turns of a fact from one or two. Other words,
+    or another person's, stay hits of their own; `hits` is best first, and nothing else moves."""
+    facts_of: dict[int, list[Hit]] = {}
+    for fact in (h for h in hits if h.fact_id is not None):
+        for source in fact.sources:
+            facts_of.setdefault(source, []).append(fact)
+    words = functools.cache(normalize)
+    same: dict[tuple[tuple | None, str], list[Hit]] = {}
+    for hit in hits:
+        drawn_from = () if hit.fact_id is not None else facts_of.get(hit.sources[0], ())
+        shown = next((f for f in drawn_from if words(f.text) == words(hit.text)), hit)
+        owner_said = shown.fact_id is not None or settings.is_owner(shown.channel or "", shown.sender)
+        whose = None if owner_said else (shown.channel, shown.sender)
+        same.setdefault((whose, collapse_spaces(shown.text).casefold()), []).append(hit)
+    kept = []
+    for group in same.values():
+        hit = next((h for h in group if h.fact_id is not None), group[0])
+        hit.score = max(h.score for h in group)
+        hit.sources = list(dict.fromkeys(s for h in (hit, *group) for s in h.sources))
+        kept.append(hit)
+    return kept
 
 
 def note_use(db: Database, settings: Settings, hits: list[Hit]) -> None:

@@ -4,6 +4,7 @@ the published files make."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
 BULLETIN = "memory_bulletin"  # the row whose state is the warm-up state of the whole instance
+HOT_SNAPSHOT = "hot_snapshot"  # its input_key: the ids of the turns hot-snapshot.md shows, as JSON
 # The turns a published file may quote, or draw a decision or thread from: not the exchange of a
 # fact the user asked to forget, by the same rule as the conversation the model reads.
 QUOTABLE_TURNS = f"SELECT id FROM session WHERE {NOT_FORGOTTEN}"
@@ -53,6 +55,23 @@ def mark_current(con, name: str, at: datetime, input_key: str | None = None) -> 
         "error = NULL WHERE name = ?",
         [at, input_key, name],
     )
+
+
+def record_snapshot(con, path: Path, turn_ids: list[int], at: datetime) -> None:
+    """Compaction wrote hot-snapshot.md at `at`, showing these turns: a forget writes it again from
+    them without the forgotten ones, and an unforget with them."""
+    con.execute(
+        "INSERT INTO published (name, path, input_key, generated_at, verified_at, state) "
+        "VALUES (?, ?, ?, ?, ?, 'warm') ON CONFLICT (name) DO UPDATE SET input_key = excluded.input_key, "
+        "generated_at = excluded.generated_at, verified_at = excluded.verified_at",
+        [HOT_SNAPSHOT, str(path), json.dumps(turn_ids), at, at],
+    )
+
+
+def snapshot_shown(con) -> tuple[datetime, list[int]] | None:
+    """When hot-snapshot.md was written and the turns it showed; None before compaction recorded one."""
+    row = published_row(con, HOT_SNAPSHOT)
+    return (row["generated_at"], json.loads(row["input_key"])) if row else None
 
 
 def count_cold_dispatch(con, bulletin: Path) -> None:

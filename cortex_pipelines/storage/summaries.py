@@ -42,6 +42,18 @@ def unsummarized(con, conversation: str) -> tuple[str | None, list[dict]]:
     return previous, turns
 
 
+def snapshot_turns(con, turn_ids: list[int]) -> list[dict]:
+    """Of the turns a hot snapshot showed, those it may still quote (not a forgotten fact's
+    exchange, nor an erased turn), by conversation, oldest first, as `unsummarized` reads them."""
+    return dict_rows(
+        con.execute(
+            f"SELECT id, role, channel, sender, content, ts, {OF_TURN} AS conversation FROM session "
+            f"WHERE list_contains(?::BIGINT[], id) AND {NOT_FORGOTTEN} ORDER BY conversation, id",
+            [turn_ids],
+        )
+    )
+
+
 def demote(con, conversation: str, summary: str | None, sources: list[int]) -> None:
     """Move a compacted conversation to the background layer with its summary; the rolling summary
     is rewritten when new turns (`sources`) made one."""

@@ -1,6 +1,6 @@
 """Compaction names who spoke: a stranger's turn is never "user" in hot-snapshot.md, in the offline
 rolling summary or in the turns a model summarizes (it is "SENDER (not the owner)", as the brain's
-background layer says)."""
+background layer says), nor is a router result."""
 
 from __future__ import annotations
 
@@ -24,12 +24,15 @@ def test_the_hot_snapshot_and_the_summary_say_a_stranger_is_not_the_user(tmp_pat
     cortex("init", home=home)
     cortex("send", "webchat", "I live in Lisbon", home=home)
     cortex("send", "webchat", WIRE, "--sender", "mallory", home=home)
+    cortex("send", "router", "Result: the user lives in Moscow", "--sender", "router", home=home)
     cortex("run", home=home, env={"CORTEX_COMPACTION_IDLE_MINUTES": "0"})
 
     snapshot = (home / "out" / "hot-snapshot.md").read_text(encoding="utf-8")
     assert "] user: I live in Lisbon (msg " in snapshot
     assert f"] mallory (not the owner): {WIRE} (msg " in snapshot, snapshot
     assert "user: I decided" not in snapshot
+    # a delegated result is another agent's words, though its sender may complete ops
+    assert "] router (not the owner): Result: the user lives in Moscow (msg " in snapshot, snapshot
     with duckdb.connect(str(home / "cortex.duckdb"), read_only=True) as con:
         (summary,) = con.execute(
             "SELECT summary FROM conversations WHERE conversation = 'webchat'"
