@@ -423,7 +423,7 @@ def _one_hit_per_statement(hits: list[Hit], settings: Settings) -> list[Hit]:
     for hit in hits:
         drawn_from = () if hit.fact_id is not None else facts_of.get(hit.sources[0], ())
         shown = next((f for f in drawn_from if words(f.text) == words(hit.text)), hit)
-        owner_said = shown.fact_id is not None or settings.is_owner(shown.channel or "", shown.sender)
+        owner_said = shown.fact_id is not None or settings.said_by_owner(shown.channel or "", shown.sender)
         whose = None if owner_said else (shown.channel, shown.sender)
         same.setdefault((whose, collapse_spaces(shown.text).casefold()), []).append(hit)
     kept = []
