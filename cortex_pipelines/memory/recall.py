@@ -42,7 +42,7 @@ from cortex_pipelines.memory.patterns import attributes_of
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.snapshot import Snapshot
-from cortex_pipelines.memory.updates import Successor, co_recalled_updates, newest_successors, news_of_others
+from cortex_pipelines.memory.updates import Successor, co_recalled_updates, newest_successors
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
@@ -262,9 +262,6 @@ def recall(
         for hit in hits:
             if said_then(hit.at, times):
                 hit.score *= config.date_boost
-    for hit in hits:
-        if news_of_others(hit.text, query):
-            hit.score *= config.others_news_weight
     if embedding is not None and qvec is None:
         embedding.cancel()  # nothing to compare it with: not embedded, if it has not begun
     hits = _facts_stand_for_their_turns(hits, config)

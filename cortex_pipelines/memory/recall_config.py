@@ -76,10 +76,6 @@ class RecallConfig:
     # the paraphrase set unchanged on both halves.
     co_recalled_update_asked_attribute_min_cosine: float = 0.0
     outdated_weight: float = 0.8
-    # News of someone close to the user ("Our neighbours switched to a new dentist") keeps this share
-    # of its score for a question about the user that does not name them ("who is my dentist?"):
-    # newer, it ranked above "My dentist is Dr. Okafor".
-    others_news_weight: float = 0.7
 
     def with_(self, **changes) -> RecallConfig:
         return replace(self, **changes)

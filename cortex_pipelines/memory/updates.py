@@ -142,32 +142,13 @@ def announces_change(text: str) -> bool:
     )
 
 
-def _close_subject(sentence: str) -> tuple[str, ...]:
+def _news_of(sentence: str) -> str | None:
     """Whom a sentence is news of when someone close to the user is its subject and the user is not
-    in it: the name it gives and the relation ("My best friend Jess …": Jess, friend); else ()."""
+    in it: their name when it gives one ("My best friend Jess …": Jess), else the relation."""
     m = RELATION_SUBJECT.match(sentence)
     if m is None or USER_PRONOUN.search(sentence, m.end()):
-        return ()
-    return tuple(word for word in (m.group("name"), m.group("relation")) if word)
-
-
-def _news_of(sentence: str) -> str | None:
-    """Whom a sentence is news of: their name when it gives one, else the relation."""
-    return next(iter(_close_subject(sentence)), None)
-
-
-def news_of_others(text: str, query: str) -> bool:
-    """Whether a statement is news of someone close to the user ("Our neighbours switched to a new
-    dentist, Dr. Reyes") while the question asks about the user and names neither them nor the
-    relation ("who is my dentist?"): every sentence has them, not the user, as its subject."""
-    if not FIRST_PERSON.search(query):
-        return False
-
-    def named(word: str) -> bool:  # "neighbours" is named by "neighbour's"
-        return re.search(rf"\b{re.escape(word.rstrip('s'))}", query, re.IGNORECASE) is not None
-
-    subjects = [_close_subject(s) for s in split_sentences(text)]
-    return bool(subjects) and all(whom and not any(named(word) for word in whom) for whom in subjects)
+        return None
+    return m.group("name") or m.group("relation")
 
 
 def changed_person(text: str) -> str | None:

@@ -242,8 +242,7 @@ def test_cortex_recall_answers_the_newer_medication_first_when_the_write_time_ch
 
 def test_news_of_family_and_friends_is_theirs_and_a_correction_is_answered_first(tmp_path):
     """ "My parents just moved to Malaga" is the parents' news: "where do I live?" still answers
-    Edinburgh, unmarked, and the parents' old home is what it updates; the neighbours' new dentist
-    is not the answer to "who is my dentist?". A chat-style change with no
+    Edinburgh, unmarked, and the parents' old home is what it updates. A chat-style change with no
     "I" ("Bought a Tesla …, sold the Fiesta") is the user's own. Corrections rarely say "I"
     ("Oops, correction: …, not 5pm", "Sorry, I meant Sunday …", "Actually mum's birthday is …"):
     each supersedes what it corrects. One batch, as a connector drops it."""
@@ -253,9 +252,7 @@ def test_news_of_family_and_friends_is_theirs_and_a_correction_is_answered_first
         (20 * 24, "I work at Fernwood Analytics."),
         (20 * 24, "My car is an old Ford Fiesta."),
         (20 * 24, "My parents live in Leeds."),
-        (20 * 24, "My dentist is Dr. Okafor on Mill Street."),
         (3 * 24, "My parents just moved to Malaga for their retirement."),
-        (3 * 24, "Our neighbours switched to a new dentist, Dr. Reyes."),
         (3 * 24, "My best friend Jess started a new job at Google."),
         (3 * 24, "Bought a Tesla Model 3 on Saturday, sold the Fiesta."),
         (2, "My flight to Rome is at 5pm on Friday."),
@@ -292,9 +289,6 @@ def test_news_of_family_and_friends_is_theirs_and_a_correction_is_answered_first
     edinburgh = next(h for h in home_hits if "Edinburgh" in h["text"])
     assert "updated_by" not in edinburgh, home_hits
     assert not any("updated_by" in h for h in hits("where do I work?") if "Fernwood" in h["text"])
-    # newer, the neighbours' news ranked first for a question about the user's own dentist
-    assert "Okafor" in hits("who is my dentist?")[0]["text"]
-    assert "Reyes" in hits("who is our neighbours' dentist?")[0]["text"]
     parents = hits("where do my parents live?")
     assert "Malaga" in parents[0]["text"], parents
     assert any("Leeds" in h["text"] and "updated_by" in h for h in parents), parents
