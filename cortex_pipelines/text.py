@@ -143,7 +143,10 @@ _ASKING = (
 # The words those forms open with: a sentence that opens otherwise fails at once (recall asks this of
 # every candidate turn; 1.3 µs a statement instead of 3-5).
 _OPENS = rf"(?=(?:{_WH}|{_AUX}|remind|tell|need|i|wanna|any|forgot|forget|cannot|don|wonder(?:ing)?)\b)"
-_IN_WORDS = rf"^{_LEAD}{_OPENS}(?!.*(?<!\?)!\W*$)(?:{_ASKING})"
+# An auxiliary not followed by a person that ends in a full stop states ("Does the trick.", "Is what
+# it is."); "do I eat meat." still asks.
+_STATES_WITH_A_STOP = rf"(?!{_AUX}\s+(?!{_PERSON}\b).*\.\W*$)"
+_IN_WORDS = rf"^{_LEAD}{_OPENS}(?!.*(?<!\?)!\W*$){_STATES_WITH_A_STOP}(?:{_ASKING})"
 ASKS_IN_WORDS = re.compile(_IN_WORDS, re.I | re.S)
 QUESTION = re.compile(rf"\?\s*$|{_IN_WORDS}", re.I | re.S)
 

@@ -123,6 +123,7 @@ def test_normalize_ignores_case_punctuation_and_contractions():
         "who is my GP",
         "which city do I live in",
         "do I eat meat",
+        "do I eat meat.",
         "is my passport still valid",
         "can you tell me my address",
         "I forgot when the plumber is coming",
@@ -150,6 +151,8 @@ def test_a_turn_that_asks_without_a_question_mark_is_a_question(text):
         "I need my passport renewed by May.",
         "I forgot my keys at the office.",
         "Did my taxes yesterday.",
+        "Does the trick.",
+        "Is what it is.",
         "I live in Edinburgh. Where do I work?",
         # A question that tells something first still tells it.
         "We just moved to 22 Harbour Road in Bristol, can you update my address?",

@@ -27,6 +27,7 @@ ASKED = [  # each without "?", and what its answer must carry
 ]
 NOT_ASKING = [  # statements and requests that open like questions, and their replies
     ("What a day.", "Noted."),
+    ("Does the trick.", "Noted."),
     ("Tell me when you're done.", "Noted."),
     ("Remind me to call mum at 5", "Okay, I'll remind you"),
 ]
