@@ -11,9 +11,11 @@ No connection is held while the LLM thinks.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import duckdb
 import numpy as np
 
 from cortex_pipelines import clock
@@ -40,6 +42,8 @@ from cortex_pipelines.storage.checkpoints import record_checkpoint
 from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
 from cortex_pipelines.text import never_an_answer
+
+log = logging.getLogger(__name__)
 
 Log = Callable[[str], None]
 
@@ -209,15 +213,14 @@ class Brain:
         try:
             response = self._converse(msg, context, hints, report)
         except LLMError as exc:
-            state = self.db.run(
-                bus.fail_or_retry, msg, str(exc), self.settings.max_attempts, self.settings.retry_backoff_s
-            )
-            if state == "failed":
-                report.failed += 1
-                self._log_message(msg, context.session_id, f"failed after {msg.attempts} attempt(s): {exc}")
-            else:
-                report.retried += 1
-                self._log_message(msg, context.session_id, f"will be retried: {exc}")
+            self._retry_or_fail(msg, context.session_id, str(exc), report)
+            return
+        except (OSError, duckdb.Error):
+            raise  # the disk or the store, not this message: the next run takes it again
+        except Exception as exc:  # a defect on one message must not stop the queue behind it
+            log.exception("answering bus #%s failed", msg.id)
+            error = f"internal error: {type(exc).__name__}: {exc}"
+            self._retry_or_fail(msg, context.session_id, error, report)
             return
         output = parse(response.text, reply_channel(msg))
         routed = route(output, self.settings)
@@ -227,6 +230,19 @@ class Brain:
         self._log_message(msg, context.session_id, _reply_summary(output, routed))
         for channel in routed.delivered:
             report.replies.append({"bus_id": msg.id, "channel": channel, "text": output.text})
+
+    def _retry_or_fail(self, msg: BusMessage, session_id: int, error: str, report: DrainReport) -> None:
+        """Held back for a retry with backoff, or failed for good after the last attempt; the
+        messages behind it are answered meanwhile."""
+        state = self.db.run(
+            bus.fail_or_retry, msg, error, self.settings.max_attempts, self.settings.retry_backoff_s
+        )
+        if state == "failed":
+            report.failed += 1
+            self._log_message(msg, session_id, f"failed after {msg.attempts} attempt(s): {error}")
+        else:
+            report.retried += 1
+            self._log_message(msg, session_id, f"will be retried: {error}")
 
     def _log_message(self, msg: BusMessage, session_id: int | None, outcome: str) -> None:
         """One line per processed message for the run log. The texts are untrusted: redacted, on one

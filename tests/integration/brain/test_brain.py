@@ -139,6 +139,24 @@ def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(setti
     assert "[FAILED MESSAGE]" not in llm.requests[1].system  # shown once
 
 
+
+def test_a_defect_answering_one_message_fails_it_and_the_queue_behind_it_is_answered(settings, db):
+    """An exception no provider should raise (the offline parser's OverflowError on "remind me in
+    99999999999 weeks") stopped the run: the messages behind it waited for three runs, until the
+    one that died on it three times was failed."""
+
+    def defect(_request):
+        raise OverflowError("Python int too large to convert to C int")
+
+    s = load_settings(settings.home, max_attempts=1)
+    _queue(s, db, msg("webchat", "remind me in 99999999999 weeks to x", "1"), msg("webchat", "hi", "2"))
+    report = Brain(db, s, ScriptedClient(defect, "hello")).drain()
+    assert report.failed == 1 and report.completed == 1
+    assert db.query("SELECT state, error FROM bus ORDER BY id") == [
+        ("failed", "internal error: OverflowError: Python int too large to convert to C int"),
+        ("completed", None),
+    ]
+
 def test_delegated_op_lifecycle(settings, db):
     _queue(settings, db, msg("webchat", "Can you research quiet cafés near the office?", "d1"))
     report = Brain(db, settings, OfflineClient()).drain()
