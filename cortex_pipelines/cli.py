@@ -241,7 +241,6 @@ def run(
         late = sum(f.late for f in fired)
         out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
     _report(ingest_inbox(settings, db))
-    before = db.run(outbox.last_id)
 
     from dagster import DagsterInstance
 
@@ -266,6 +265,7 @@ def run(
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
         level = "DEBUG" if verbose else "CRITICAL"
+        before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not ours
         try:
             result = defs.resolve_job_def("cortex_main").execute_in_process(
                 instance=instance,
@@ -292,13 +292,20 @@ def run(
         )
     if not result.success:
         for failure in result.get_step_failure_events():
-            error = failure.event_specific_data.error
-            reason = (error.message.strip().splitlines() if error else []) or ["no message"]
-            _say(f"cortex: step {failure.step_key} failed: {reason[0][:200]}", err)
+            _say(f"cortex: step {failure.step_key} failed: {_cause(failure.event_specific_data.error)}", err)
         _fail(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
             code=1,
         )
+
+
+def _cause(error) -> str:
+    """The first line of the innermost error: Dagster wraps the cause in "Error occurred while
+    executing op …:", which said nothing of it."""
+    while error is not None and error.cause is not None:
+        error = error.cause
+    lines = error.message.strip().splitlines() if error is not None else []
+    return (lines or ["no message"])[0][:200]
 
 
 def _interrupted(result) -> bool:

@@ -190,7 +190,8 @@ def test_a_cortex_run_killed_before_its_run_started_holds_nothing(tmp_path):
 @pytest.mark.timeout(300)
 def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     """While a live run holds the brain lane, a second `cortex run` waits, and Ctrl-C or SIGTERM
-    stops it at once; the first run is untouched and answers everything."""
+    stops it at once; the first run is untouched and answers everything. One left waiting then
+    runs, and prints none of the first run's replies as its own."""
     home = tmp_path / "home"
     env = _env(home)
     total = 300  # the first run must outlast the start-up of the two waiting ones
@@ -223,7 +224,13 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
             if sig == signal.SIGINT:
                 err_lines = second.stderr.read().strip().splitlines()
                 assert err_lines == ["cortex: interrupted while waiting for another run; nothing was started"]
+        patient = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        waiting[signal.SIGCONT] = patient  # killed with the others if the test fails
         assert first.wait(timeout=400) == 0, first.stdout.read()
+        said, _ = patient.communicate(timeout=300)
+        assert patient.returncode == 0, said
+        assert " ← #" not in said, said  # it answered nothing: every reply was the first run's
     finally:
         for proc in (first, *waiting.values()):
             if proc.poll() is None:

@@ -17,6 +17,7 @@ import duckdb
 import pytest
 
 from tests.support.cli import CALL_TIMEOUT_S, cli_argv, cli_env, cortex
+from tests.support.dagster_dev import free_port
 
 
 def status_json(home: Path, env: dict[str, str] | None = None) -> dict:
@@ -437,3 +438,21 @@ def test_a_relative_cortex_home_is_taken_from_the_folder_the_command_runs_in(tmp
     assert "Traceback" not in done.stderr
     (reply,) = (tmp_path / "my-home" / "outbox" / "webchat").glob("*.json")
     assert json.loads(reply.read_text())["reply_to"] == 1
+
+
+def test_a_failed_run_names_the_cause_not_dagsters_wrapper(tmp_path):
+    """A model that cannot be reached failed the run with "step extracted_facts failed: …Error
+    occurred while executing op "extracted_facts":", which stopped where the cause began."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "I prefer tea over coffee", home=home)
+    unreachable = {
+        "CORTEX_LLM_PROVIDER": "anthropic",
+        "CORTEX_API_KEY": "test-key",
+        "CORTEX_BASE_URL": f"http://127.0.0.1:{free_port()}",
+        "CORTEX_LLM_RETRIES": "0",
+        "CORTEX_MAX_ATTEMPTS": "1",
+    }
+    ran = cortex("run", home=home, env=unreachable, check=False)
+    assert ran.returncode == 1
+    failed = [line for line in ran.stderr.splitlines() if " failed: " in line]
+    assert failed and all("Connection refused" in line for line in failed), ran.stderr
