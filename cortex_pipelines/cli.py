@@ -106,7 +106,7 @@ def main(
         try:
             os.environ["CORTEX_NOW"] = clock.as_offset(now)
         except ClockError as exc:
-            _fail(str(exc))
+            _fail(str(exc).replace("CORTEX_NOW:", "--now:", 1))
 
 
 def _warnings_as_lines() -> None:
@@ -473,7 +473,8 @@ def retry(
     ids = db.run(requeue_failed, None if all_failed else [message_id])
     if not ids:
         if all_failed:
-            _fail("no failed message to retry")
+            out.print("no failed messages")
+            return
         found = db.run(state_of, message_id)
         _fail(f"message {message_id} is {found[0]}, not failed" if found else f"no message {message_id}")
     out.print(f"requeued {len(ids)} message(s): {', '.join(map(str, ids))}")
@@ -656,7 +657,7 @@ def stats(as_json: JsonOption = False) -> None:
 @app.command()
 def recent(
     query: Annotated[str | None, typer.Argument(help="words to score by")] = None,
-    limit: Annotated[int, typer.Option("-k", "--limit", help="how many items")] = 10,
+    limit: Annotated[int, typer.Option("-k", "--limit", help="how many items, 1 to 50")] = 10,
     category: CategoryOption = None,
     as_json: JsonOption = False,
 ) -> None:

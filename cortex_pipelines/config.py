@@ -461,8 +461,11 @@ def _describe(error: ValidationError) -> str:
     loc = first.get("loc") or ()
     key = "CORTEX_" + str(loc[0]).upper() if loc else "CORTEX_*"
     if first.get("type") == "extra_forbidden":
-        return f"unknown setting {str(loc[0])!r} (from config.toml or CORTEX_{str(loc[0]).upper()})"
-    detail = first.get("msg", "invalid value")
+        name = str(loc[0]).lower().removeprefix("cortex_")
+        near = difflib.get_close_matches(name, sorted(Settings.model_fields), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        return f"unknown setting {str(loc[0])!r} (from config.toml or CORTEX_{name.upper()}){hint}"
+    detail = first.get("msg", "invalid value").removeprefix("Value error, ")
     if len(loc) > 1:
         detail = f"{'.'.join(str(p) for p in loc[1:])}: {detail}"
     return f"{key}: {detail}"

@@ -92,5 +92,10 @@ def status(settings: Settings) -> dict:
         "cold_dispatches": warm["cold_dispatches"] if warm else 0,
         "schedules": db.run(schedules.summary),
         "supervision": db.run(supervision.status),
-        "outputs": {name: str(path) for name, path in settings.paths.published.items() if path.is_file()},
+        "outputs": {name: str(path) for name, path in _outputs(settings).items() if path.is_file()},
     }
+
+
+def _outputs(settings: Settings) -> dict[str, Path]:
+    """Every file in out/: the publish assets' and compaction's hot snapshot."""
+    return {**settings.paths.published, "hot_snapshot": settings.paths.hot_snapshot}

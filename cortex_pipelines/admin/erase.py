@@ -120,8 +120,8 @@ def selector(
     filters = matching is not None or sender is not None or before is not None
     if not ids and not filters:
         raise EraseError(
-            "say what to erase: --message ID, --turn ID, --matching TEXT, --sender CHANNEL:ID "
-            "or --before DATE"
+            "say what to erase: --message ID, --turn ID, --matching TEXT, --sender CHANNEL:ID, "
+            "--before DATE or --expired"
         )
     if ids and filters:
         raise EraseError("give message ids or filters (--matching, --sender, --before), not both")

@@ -227,6 +227,14 @@ def test_a_misspelt_variable_fails_with_one_line_naming_it(tmp_path: Path) -> No
     home = tmp_path / "home"
     proc = cortex("status", home=home, check=False, env={"CORTEX_BRAIN_LINGER_SECOND": "10"})
     _assert_one_line_failure(proc, "CORTEX_BRAIN_LINGER_SECOND", "did you mean CORTEX_BRAIN_LINGER_SECONDS?")
+    # in config.toml too, and a bad value without pydantic's "Value error, "
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("brain_linger_second = 10\n")
+    proc = cortex("status", home=home, check=False)
+    _assert_one_line_failure(proc, "setting 'brain_linger_second'", "did you mean 'brain_linger_seconds'?")
+    (home / "config.toml").write_text('timezone = "Mars/Base"\n')
+    proc = cortex("status", home=home, check=False)
+    _assert_one_line_failure(proc, "CORTEX_TIMEZONE: unknown timezone 'Mars/Base'")
 
 
 def test_outbox_of_an_unknown_channel_fails_with_one_line(tmp_path: Path) -> None:
