@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 
 import duckdb
 import numpy as np
@@ -207,6 +208,7 @@ class Brain:
             "completed_op": completed_op,
             "op_note": op_note,
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
+            "sent_at": msg.sent_at.replace(tzinfo=UTC).isoformat(),  # "in 10 minutes" counts from it
             "timezone": self.settings.timezone,
             "schedule": msg.metadata if msg.channel == schedules.CHANNEL else None,
         }

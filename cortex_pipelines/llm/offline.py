@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.memory.fusion import stemmed
-from cortex_pipelines.proactive import english
+from cortex_pipelines.proactive import english, schedules
 from cortex_pipelines.text import asks, asks_to_forget, normalize
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
@@ -35,6 +36,13 @@ _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re
 _NOT_REMEMBERED = "I can't remember that for you: only the owner's own words become memory."
 _LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
 _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]{8})\b", re.I)
+# A reminder request it cannot read is told so: "Noted." had read as a promise.
+_NO_REMINDER = (
+    'I haven\'t set a reminder: {why}. Wordings I understand: "remind me in 20 minutes to …", '
+    '"remind me tomorrow at 9 to …", "remind me on Friday at 5pm to …", '
+    '"remind me every Monday and Friday at 8 to …", "remind me every 2 hours to …".'
+)
+_REMIND = "Remind the user: "
 
 
 class OfflineClient:
@@ -127,20 +135,45 @@ def _schedule_call(request: LLMRequest, text: str, hints: dict) -> LLMResponse |
         return _tool(request, "schedule_list", {})
     if match := _DELETE_SCHEDULE.search(text):
         return _tool(request, "schedule_delete", {"id": match.group(2)})
-    now_local = datetime.fromisoformat(str(hints.get("now"))) if hints.get("now") else datetime.now(UTC)
-    wish = english.parse(text, now_local)
+    timezone = str(hints.get("timezone") or "UTC")
+    try:
+        wish = english.parse(text, _asked_at(hints, ZoneInfo(timezone)))
+    except english.Unreadable as why:  # "remind me what my locker code is" asks memory instead
+        return None if asks(text) else _reply(request, _NO_REMINDER.format(why=why))
     if wish is None:
         return None
+    action = f"{_REMIND}{wish.task}."
+    if len(action) > schedules.ACTION_MAX:
+        most = schedules.ACTION_MAX - len(_REMIND) - 1
+        why = f"its text is {len(wish.task):,} characters long, and a reminder holds at most {most:,}"
+        return _reply(request, _NO_REMINDER.format(why=why))
     args = {
-        "description": wish.task,
-        "action": f"Remind the user: {wish.task}.",
-        "timezone": str(hints.get("timezone") or "UTC"),
+        "description": _shortened(wish.task, schedules.DESCRIPTION_MAX),
+        "action": action,
+        "timezone": timezone,
     }
     if wish.cron:
         args["cron"] = wish.cron
     else:
         args["at"] = wish.at.isoformat()
     return _tool(request, "schedule_create", args)
+
+
+def _asked_at(hints: dict, zone: ZoneInfo) -> datetime:
+    """When the user asked, on their wall clock: "in 10 minutes" counts from the message's sent time,
+    not from when Cortex read it, and never from beyond now. The zone, not the hint's fixed offset,
+    keeps "tomorrow at 9" at 09:00 across a clock change."""
+    now = datetime.fromisoformat(str(hints["now"])) if hints.get("now") else datetime.now(UTC)
+    sent = datetime.fromisoformat(str(hints["sent_at"])) if hints.get("sent_at") else now
+    return min(now, sent).astimezone(zone)
+
+
+def _shortened(text: str, most: int) -> str:
+    """`text` within `most` characters, cut at a word with "…"; the action keeps it whole."""
+    if len(text) <= most:
+        return text
+    cut = text[: most - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "…"
 
 
 def _when(iso: str | None) -> str:
@@ -160,7 +193,10 @@ def _confirm(job: dict) -> str:
 
 
 def _reminder(firing: dict) -> str:
-    text = f"Reminder: {firing.get('description', 'scheduled job')}"
+    """The reminder's whole text: the action this provider wrote, else the (shortened) description."""
+    action = str(firing.get("action") or "")
+    what = action.removeprefix(_REMIND).removesuffix(".") if action.startswith(_REMIND) else None
+    text = f"Reminder: {what or firing.get('description', 'scheduled job')}"
     if firing.get("late"):
         due = firing.get("due_at")
         text += f" (this was due {_when(due)}; I'm late because I was not running)"

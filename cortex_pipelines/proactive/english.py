@@ -1,114 +1,247 @@
 """Simple English reminder requests, for the offline provider: "remind me every Monday at 9 to send
 my timesheet", "remind me tomorrow at 8am to call Anna", "in 2 hours remind me to stretch".
 
-Only the shapes a demo needs are understood; anything else is left to a real model. The result is
-a cron expression (recurring) or a local time (one-shot); cron and timezone math live elsewhere.
+Only explicit requests, in the shapes a demo needs, are understood; an explicit request it cannot
+read raises Unreadable, so that the user is told; anything else is left to a real model. The result
+is a cron expression (recurring) or a local time (one-shot); cron math lives in schedules.py.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 _DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_CRON_DOW = {day: str((n + 1) % 7) for n, day in enumerate(_DAYS)}  # cron: 0 = Sunday
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10, "fifteen": 15}
-_UNITS = {"minute": "minutes", "min": "minutes", "hour": "hours", "day": "days", "week": "weeks"}
+_DAY = "|".join(_DAYS)
+_CRON_DOW = {day: (n + 1) % 7 for n, day in enumerate(_DAYS)}  # cron: 0 = Sunday
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
+_NUMBER = r"\d+|" + "|".join(_NUMBERS)
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}  # by first letter
+_UNIT_SECONDS = {"minutes": 60, "hours": 3600, "days": 86400, "weeks": 7 * 86400}
+# As far as `--now` may move the clock; much further and date arithmetic overflows ("in 99999999999
+# weeks" had raised OverflowError and failed the message).
+_FARTHEST_S = 1000 * 365 * 86400
+# Without a time of day: the part of the day named, else 09:00 (as "every Monday").
+_PART_HOURS = {"morning": 8, "afternoon": 14, "evening": 18, "night": 20}
+_DEFAULT_HOUR = 9
 
-_CLOCK = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?"
-_TIME = r"(?:at\s+)?" + _CLOCK
+_AMPM = r"(?P<ampm>[ap]\.?m\b\.?)"
+_HOUR_MINUTE = r"(?P<hour>\d{1,2})(?:[:.](?P<minute>\d{2}))?"
+# "at noon", "at 9", "at 9.30", "at 5 pm"; without "at" only with am/pm: "tomorrow 9am". First wins.
+_CLOCKS = (
+    re.compile(r"\b(?:at\s+)?(?P<word>noon|midday|midnight)\b", re.I),
+    re.compile(rf"\bat\s+{_HOUR_MINUTE}(?:\s*{_AMPM})?(?![\d:])", re.I),
+    re.compile(rf"\b{_HOUR_MINUTE}\s*{_AMPM}", re.I),
+)
 _EVERY = re.compile(
-    r"\bevery\s+(?P<what>day|weekday|morning|evening|hour|" + "|".join(_DAYS) + r")s?\b"
-    r"(?:\s+" + _TIME + r")?",
+    rf"\bevery\s+(?:(?P<n>{_NUMBER})\s*(?:hours?|hrs?|h)\b"
+    r"|(?P<what>day|weekday|weekend|morning|afternoon|evening|night|hour|hr)s?\b"
+    rf"|(?P<days>(?:{_DAY})s?(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:{_DAY})s?)*)\b)",
     re.I,
 )
-_IN = re.compile(
-    r"\bin\s+(?P<n>\d+|" + "|".join(_NUMBERS) + r")\s+(?P<unit>minute|min|hour|day|week)s?\b", re.I
+_IN = re.compile(rf"\bin\s+(?P<n>{_NUMBER})\s*(?P<unit>minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b", re.I)
+_PARTS = "morning|afternoon|evening|night"
+_PART = rf"(?:\s+(?P<part>{_PARTS}))?"
+# "tomorow" and "tommorow" too: a misspelt day must not end up in the reminder's text.
+_RELATIVE_DAY = re.compile(
+    rf"\b(?:(?P<day>today|tonight|tom+or+ow|tmrw)|this(?=\s+(?:{_PARTS})\b)){_PART}\b", re.I
 )
-_AT = re.compile(r"\b(?P<day>today|tomorrow|tonight)?\s*\bat\s+" + _CLOCK, re.I)
-_DAY_ONLY = re.compile(r"\b(?P<day>tomorrow)\s+(?P<part>morning|evening)?", re.I)
-# An explicit request only: "I go to the gym every day" is a fact, not a schedule.
-_TRIGGER = re.compile(r"\b(remind|reminder|schedule)\b|^\s*every\s", re.I)
-_LEAD = re.compile(r"^\s*(?:please\s+)?(?:can you\s+|could you\s+)?(?:remind me|set a reminder)\s*", re.I)
-_TO = re.compile(r"^\s*(?:to|that|about|:|-)\s+", re.I)
+_WEEKDAY = re.compile(rf"\b(?:(?:on|next|this)\s+)?(?P<weekday>{_DAY})\b(?!['’]s){_PART}", re.I)
+
+# An explicit request only: "I go to the gym every day", "Every Monday I have yoga at 6pm" and
+# "Thanks for the reminder at 5" tell, they ask for nothing; "remind me what moved to Friday" asks
+# memory.
+_REQUEST = re.compile(
+    r"\bremind\s+(?:me|us)\b(?!\s+(?:again\s+)?(?:what|when|where|who|whom|whose|which|how|why|whether|if)\b)"
+    r"|\b(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?reminder\b"
+    r"|^\W*reminder\s*(?:[:\-–]|to\b)"
+    r"|^\W*(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+)?schedule\s+(?:a|an|me|my|the)\b",
+    re.I,
+)
+# "Every weekday at 7:30 give me a morning briefing": a sentence that opens with "every" asks when
+# the rest is addressed to Cortex.
+_ADDRESSED = re.compile(r"^(?:please\s+)?[a-z]+\s+(?:me|us)\b", re.I)
+_LEAD = re.compile(
+    r"^\W*(?:(?:also|and|oh|hey|ok|okay|please|pls|can|could|would|will|you)\W+)*"
+    r"(?:remind\s+(?:me|us)|(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?"
+    r"reminder(?:\s+for(?:\s+me)?)?|reminder|schedule)\b\W*",
+    re.I,
+)
+_TO = re.compile(r"^\s*(?:to|that|about|of|:|-)\s+", re.I)
+_TAIL = re.compile(r"\b(?:to|at|on|for|please|pls)$", re.I)
+
+
+class Unreadable(ValueError):
+    """An explicit reminder request this parser cannot keep; the message says why in a few words."""
 
 
 @dataclass(frozen=True)
 class ReminderRequest:
     task: str
     cron: str | None = None
-    at: datetime | None = None  # local, aware
-
-    @property
-    def recurring(self) -> bool:
-        return self.cron is not None
-
-
-def _hour(match: re.Match, default: int) -> tuple[int, int] | None:
-    if match.group("hour") is None:
-        return default, 0
-    hour, minute = int(match.group("hour")), int(match.group("minute") or 0)
-    ampm = (match.group("ampm") or "").replace(".", "").lower()
-    if ampm == "pm" and hour < 12:
-        hour += 12
-    elif ampm == "am" and hour == 12:
-        hour = 0
-    if hour > 23 or minute > 59:
-        return None
-    return hour, minute
-
-
-def _task(text: str, span: tuple[int, int]) -> str:
-    rest = (text[: span[0]] + " " + text[span[1] :]).strip()
-    rest = _LEAD.sub("", rest)
-    rest = _TO.sub("", rest)
-    rest = re.sub(r"\s+", " ", rest).strip(" .,!?;:")
-    rest = re.sub(r"\b(to|at|on)$", "", rest).strip(" .,!?;:")
-    return rest
+    at: datetime | None = None  # on the wall clock of the zone parse() was given
 
 
 def parse(text: str, now_local: datetime) -> ReminderRequest | None:
-    """A reminder request in `text`, with times on the user's wall clock (`now_local`'s zone)."""
-    if not _TRIGGER.search(text):
+    """The reminder `text` asks for, or None when it asks for none. `now_local` (when the user asked)
+    must carry a ZoneInfo: wall-clock math in a fixed offset put "tomorrow at 9" an hour off across a
+    clock change. Raises Unreadable for a request it cannot read."""
+    asked = _REQUEST.search(text) is not None
+    every = _EVERY.search(text)
+    if not asked and (every is None or text[: every.start()].strip()):
         return None
-    if every := _EVERY.search(text):
-        what = every.group("what").lower()
-        if what == "hour":
-            cron = "0 * * * *"
-        else:
-            default = {"morning": 8, "evening": 18}.get(what, 9)
-            clock = _hour(every, default)
-            if clock is None:
-                return None
-            dow = {"day": "*", "morning": "*", "evening": "*", "weekday": "1-5"}.get(what) or _CRON_DOW[what]
-            cron = f"{clock[1]} {clock[0]} * * {dow}"
-        task = _task(text, every.span())
-        return ReminderRequest(task, cron=cron) if task else None
+    if every:
+        return _recurring(text, every, asked)
     if delay := _IN.search(text):
-        raw = delay.group("n").lower()
-        n = int(raw) if raw.isdigit() else _NUMBERS[raw]
-        unit = _UNITS[delay.group("unit").lower()]
-        task = _task(text, delay.span())
-        at = now_local + timedelta(**{unit: n})
-        # Schedules fire by the minute: the next whole one, never early ("in 2 minutes" asked at
-        # 09:44:56 had fired at 09:46, 64 s later).
-        on_the_minute = at.replace(second=0, microsecond=0)
-        at = on_the_minute if on_the_minute == at else on_the_minute + timedelta(minutes=1)
-        return ReminderRequest(task, at=at) if task else None
-    if at := _AT.search(text):
-        clock = _hour(at, 9)
-        if clock is None:
-            return None
-        day = (at.group("day") or "").lower()
-        when = now_local.replace(hour=clock[0], minute=clock[1], second=0, microsecond=0)
-        if day == "tomorrow" or (not day and when <= now_local):
-            when += timedelta(days=1)
-        task = _task(text, at.span())
-        return ReminderRequest(task, at=when) if task else None
-    if day := _DAY_ONLY.search(text):
-        hour = 18 if (day.group("part") or "").lower() == "evening" else 8
-        when = now_local.replace(hour=hour, minute=0, second=0, microsecond=0) + timedelta(days=1)
-        task = _task(text, day.span())
-        return ReminderRequest(task, at=when) if task else None
-    return None
+        return _after(text, delay, now_local)
+    return _one_shot(text, now_local)
+
+
+def _number(raw: str) -> int:
+    return int(raw) if raw.isdigit() else _NUMBERS[raw.lower()]
+
+
+def _first_clock(text: str) -> re.Match | None:
+    return next((m for pattern in _CLOCKS if (m := pattern.search(text))), None)
+
+
+def _time_of_day(clock: re.Match) -> tuple[int, int, bool]:
+    """(hour, minute, bare): bare is an hour from 1 to 11 without am/pm, which may mean either."""
+    word = (clock.groupdict().get("word") or "").lower()
+    if word:
+        return (0 if word == "midnight" else 12), 0, False
+    hour, minute = int(clock.group("hour")), int(clock.group("minute") or 0)
+    ampm = (clock.group("ampm") or "").replace(".", "").lower()
+    if minute > 59 or hour > (12 if ampm else 23) or (ampm and hour == 0):
+        said = clock.group("hour") + (f":{clock.group('minute')}" if clock.group("minute") else "")
+        raise Unreadable(f"{said}{ampm} is not a time of day")
+    if ampm:
+        return hour % 12 + (12 if ampm == "pm" else 0), minute, False
+    return hour, minute, 1 <= hour <= 11
+
+
+def _task(text: str, *found: re.Match | None) -> str:
+    """`text` without the time expressions `found` and the request's own words."""
+    kept, start = [], 0
+    for begin, end in sorted(m.span() for m in found if m):
+        kept.append(text[start:begin])
+        start = max(start, end)
+    rest = " ".join([*kept, text[start:]])
+    rest = re.sub(r"\s+", " ", rest).strip()
+    rest = _TO.sub("", _LEAD.sub("", rest, count=1))
+    rest = rest.strip(" .,!?;:")
+    return _TAIL.sub("", rest).strip(" .,!?;:")
+
+
+def _need(task: str) -> str:
+    if not task:
+        raise Unreadable("I couldn't tell what to remind you of")
+    return task
+
+
+def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | None:
+    what = (every.group("what") or "").lower()
+    hourly = every.group("n") is not None or what in ("hour", "hr")
+    clock = None if hourly else _first_clock(text)
+    task = _task(text, every, clock)
+    if not asked and not _ADDRESSED.match(task):
+        return None
+    task = _need(task)
+    if hourly:
+        n = _number(every.group("n")) if every.group("n") else 1
+        if n not in (1, 2, 3, 4, 6, 8, 12):
+            raise Unreadable(f"every {n} hours does not divide the day (say 1, 2, 3, 4, 6, 8 or 12)")
+        return ReminderRequest(task, cron="0 * * * *" if n == 1 else f"0 */{n} * * *")
+    hour, minute, bare = _time_of_day(clock) if clock else (_PART_HOURS.get(what, _DEFAULT_HOUR), 0, False)
+    if bare:
+        hour = _bare_hour(hour, what)
+    dow = {"weekday": "1-5", "weekend": "6,0"}.get(what)
+    if every.group("days"):
+        named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, every.group("days"), re.I)}
+        dow = ",".join(str(d) for d in sorted(named))
+    return ReminderRequest(task, cron=f"{minute} {hour} * * {dow or '*'}")
+
+
+def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
+    n = _number(delay.group("n"))
+    unit = _UNITS[delay.group("unit")[0].lower()]
+    if n * _UNIT_SECONDS[unit] > _FARTHEST_S:
+        raise Unreadable("that is more than 1000 years away")
+    clock = _first_clock(text) if unit in ("days", "weeks") else None
+    task = _need(_task(text, delay, clock))
+    if clock:  # "in 2 days at 9": that day's wall clock
+        hour, minute, bare = _time_of_day(clock)
+        hour = _bare_hour(hour, "") if bare else hour
+        day = now_local.date() + timedelta(**{unit: n})
+        return ReminderRequest(task, at=_wall(day, hour, minute, now_local.tzinfo))
+    # From the whole second: "in 10 minutes" sent at 09:00:00.3 is for 09:10, not 09:11.
+    asked = now_local.replace(microsecond=0)
+    if unit in ("days", "weeks"):  # the same wall-clock time, whatever clock change comes between
+        at = asked + timedelta(**{unit: n})
+    else:  # elapsed time: "in 2 hours" across a clock change is still two hours
+        at = (asked.astimezone(UTC) + timedelta(**{unit: n})).astimezone(asked.tzinfo)
+    # Schedules fire by the minute: the next whole one, never early ("in 2 minutes" asked at
+    # 09:44:56 had fired at 09:46, 64 s later).
+    on_the_minute = at.replace(second=0, microsecond=0)
+    at = on_the_minute if on_the_minute == at else on_the_minute + timedelta(minutes=1)
+    return ReminderRequest(task, at=at)
+
+
+def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
+    """A day and/or a time of day. A bare hour today (named or not) is the next of H:00 and H+12:00
+    ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day it is
+    read by `_bare_hour`."""
+    day = _RELATIVE_DAY.search(text) or _WEEKDAY.search(text)
+    clock = _first_clock(text)
+    if day is None and clock is None:
+        raise Unreadable("I couldn't tell when")
+    task = _need(_task(text, day, clock))
+    found = day.groupdict() if day else {}
+    named = (found.get("day") or found.get("weekday") or ("today" if day else "")).lower()
+    part = (found.get("part") or ("night" if named == "tonight" else "")).lower()
+    if clock:
+        hour, minute, bare = _time_of_day(clock)
+        if bare and part:
+            hour, bare = _bare_hour(hour, part), False
+    elif part or named != "today":
+        hour, minute, bare = _PART_HOURS.get(part, _DEFAULT_HOUR), 0, False
+    else:
+        raise Unreadable("I couldn't tell what time")
+
+    today = now_local.date()
+    later = None  # the day to fall back on once the time has passed; None: say it has passed
+    if named in _DAYS:
+        on = today + timedelta(days=(_DAYS.index(named) - today.weekday()) % 7)
+        later = on + timedelta(days=7)
+    elif named.startswith(("tom", "tmrw")):
+        on = today + timedelta(days=1)
+    else:
+        on = today
+        later = None if named else today + timedelta(days=1)  # "at 9", once passed: tomorrow's
+    if bare and on > today:
+        hour, bare = _bare_hour(hour, ""), False
+    zone = now_local.tzinfo
+    hours = (hour, hour + 12) if bare else (hour,)
+    ahead = [moment for h in hours if (moment := _wall(on, h, minute, zone)) > now_local]
+    if ahead:
+        return ReminderRequest(task, at=ahead[0])
+    if later is None:
+        raise Unreadable(f"{hour:02d}:{minute:02d} {named} has already passed")
+    if bare and named in _DAYS:  # next week's
+        hour = _bare_hour(hour, "")
+    return ReminderRequest(task, at=_wall(later, hour, minute, zone))
+
+
+def _bare_hour(hour: int, part: str) -> int:
+    """An hour from 1 to 11 without am/pm where there is no "next" to go by (a later day, a recurring
+    reminder): the morning keeps it, the afternoon, evening and night add 12; otherwise 1 to 6 are
+    the afternoon and evening ("tomorrow at 3" is 15:00), 7 to 11 the morning ("tomorrow at 9")."""
+    if part == "morning":
+        return hour
+    return hour + 12 if part in ("afternoon", "evening", "night") or hour <= 6 else hour
+
+
+def _wall(day: date, hour: int, minute: int, zone) -> datetime:
+    """That wall-clock time in `zone` (the first of a time the autumn change repeats)."""
+    return datetime.combine(day, time(hour, minute), zone)

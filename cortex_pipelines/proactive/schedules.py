@@ -20,10 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.storage import schedules as schedule_store
-from cortex_pipelines.storage.bus import enqueue_rows
+from cortex_pipelines.storage.bus import enqueue_rows, sent_at
 
 SENDER = "scheduler"
 CHANNEL = "cron"
+DESCRIPTION_MAX = 200
+ACTION_MAX = 2000
 
 
 class ScheduleError(ValueError):
@@ -41,8 +43,10 @@ class ScheduleRequest(BaseModel):
     """What the LLM (or the CLI) asks for. Exactly one of `cron` and `at`."""
 
     model_config = ConfigDict(extra="ignore")
-    description: str = Field(min_length=1, max_length=200)
-    action: str = Field(min_length=1, max_length=2000, description="the prompt the agent gets when it fires")
+    description: str = Field(min_length=1, max_length=DESCRIPTION_MAX)
+    action: str = Field(
+        min_length=1, max_length=ACTION_MAX, description="the prompt the agent gets when it fires"
+    )
     cron: str | None = Field(None, description="5-field cron expression, read in `timezone`")
     at: str | None = Field(None, description="one-shot ISO 8601 time; without an offset it is in `timezone`")
     timezone: str | None = Field(None, description="IANA name; default: the instance timezone")
@@ -72,9 +76,22 @@ def _aware(naive_utc: datetime) -> datetime:
 
 
 def next_cron_fire(cron: str, tz: str, after: datetime) -> datetime:
-    """The first firing strictly after `after` (aware), computed on the job's wall clock."""
-    local = after.astimezone(zone(tz))
-    return croniter(cron, local).get_next(datetime).astimezone(UTC)
+    """The first firing strictly after `after` (aware), computed on the job's wall clock. A time the
+    autumn change repeats fires once, at its first occurrence (a daily 01:30 had fired at 01:30 BST
+    and again at 01:30 GMT); a job whose minute or hour field starts with "*" runs by the elapsed
+    clock through the repeated hour, as cron does."""
+    wall = zone(tz)
+    minute, hour = cron.split()[:2]
+    by_the_clock = minute.startswith("*") or hour.startswith("*")
+    following = croniter(cron, after.astimezone(wall)).get_next(datetime)
+    while not by_the_clock and _repeated(following.astimezone(wall)):
+        following = croniter(cron, following).get_next(datetime)
+    return following.astimezone(UTC)
+
+
+def _repeated(local: datetime) -> bool:
+    """The second occurrence of a wall time the autumn change repeats."""
+    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
 
 
 def _parse_at(raw: str, tz: str) -> datetime:
@@ -95,7 +112,9 @@ def create(
     origin_channel: str,
     created_by: int | None = None,
 ) -> dict:
-    """Store a job and compute its first firing; refuse what could never fire or never arrive."""
+    """Store a job and compute its first firing; refuse what could never fire or never arrive. A
+    one-shot time after the asking message (`created_by`) was sent is kept even when it has passed
+    since ("in 10 minutes", read an hour late): it is due at once, like a firing missed while down."""
     tz = request.timezone or settings.timezone
     zone(tz)
     target = request.target_channel or origin_channel
@@ -106,7 +125,9 @@ def create(
         run_at = None
     else:
         first = _parse_at(request.at or "", tz)
-        if first < now - timedelta(seconds=settings.schedule_grace_s):
+        sent = sent_at(con, created_by) if created_by is not None else None
+        asked = min(now, _aware(sent)) if sent else now
+        if first < asked - timedelta(seconds=settings.schedule_grace_s):
             raise ScheduleError(f"{request.at} is in the past")
         run_at = _naive_utc(first)
     job_id = "sch-" + uuid.uuid4().hex[:8]

@@ -238,6 +238,12 @@ def state_of(con, bus_id: int) -> tuple[str, str | None] | None:
     return con.execute("SELECT state, error FROM bus WHERE id = ?", [bus_id]).fetchone()
 
 
+def sent_at(con, bus_id: int) -> datetime | None:
+    """When a message was sent (naive UTC, its envelope's timestamp); None when there is no such message."""
+    row = con.execute("SELECT sent_at FROM bus WHERE id = ?", [bus_id]).fetchone()
+    return row[0] if row else None
+
+
 def latest_failures(con, limit: int) -> list[dict]:
     """Messages that failed for good, newest first."""
     return dict_rows(

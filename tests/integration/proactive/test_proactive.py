@@ -23,6 +23,7 @@ from cortex_pipelines.sensors.supervision import supervision
 from cortex_pipelines.storage import bus, lease, outbox
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import schedules as schedule_store
+from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient
 from tests.support.sensors import evaluate
@@ -173,7 +174,7 @@ def test_admin_tools_are_not_offered_to_connector_channels(settings, db):
         ("remind me in 2 minutes to stretch", None, "2026-11-22T10:18+01:00"),  # never early
         ("in an hour remind me to call Anna", None, "2026-11-22T11:16+01:00"),
         ("remind me tomorrow at 8am to call mum", None, "2026-11-23T08:00+01:00"),
-        ("remind me at 9 to water the plants", None, "2026-11-23T09:00+01:00"),  # 9 has passed today
+        ("remind me at 9 to water the plants", None, "2026-11-22T21:00+01:00"),  # the next 9 o'clock
         ("I go to the gym every day at 7", None, None),  # a fact, not a request
         ("what time is it?", None, None),
     ],
@@ -186,6 +187,65 @@ def test_offline_english_reminders(text, cron, at):
     assert wish is not None and wish.cron == cron
     assert (wish.at.isoformat(timespec="minutes") if wish.at else None) == at
     assert wish.task and "remind" not in wish.task.lower() and not wish.task.endswith(("to", "at"))
+
+
+def test_a_daily_half_past_one_fires_once_on_the_night_the_clocks_go_back(settings, db, monkeypatch):
+    now = _at(monkeypatch, "2026-10-24T12:00:00+00:00")
+    request = schedules.ScheduleRequest(
+        description="pills", action="Take the pills.", cron="30 1 * * *", timezone="Europe/London"
+    )
+    db.run(schedules.create, request, settings, now, "telegram")
+    fired = []
+    for when in ("2026-10-25T00:31:00+00:00", "2026-10-25T01:31:00+00:00", "2026-10-26T01:31:00+00:00"):
+        _at(monkeypatch, when)  # 01:31 BST, 01:31 GMT an hour later, the next night
+        fired.append([f.due_at.isoformat() for f in _fire(db, settings)])
+    assert fired == [["2026-10-25T00:30:00+00:00"], [], ["2026-10-26T01:30:00+00:00"]]
+
+
+@pytest.mark.timeout(600)
+def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
+    """One inbox batch the day before the spring change, sent at 11:00 and read at 12:00 (London):
+    the jobs are for the times the user meant, statements set none, and a request that cannot be
+    read says so."""
+    home = tmp_path / "home"
+    long_task = " ".join(f"item{n}" for n in range(60))
+    texts = [
+        "remind me in 10 minutes to stretch",
+        "remind me tomorrow at 9 to water the plants",
+        "remind me every monday and friday at 8 to go to the gym",
+        "Every Monday I have yoga at 6pm",
+        "remind me to buy milk",
+        f"remind me tonight at 8 to pack {long_task}",
+    ]
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True)
+    sent = "2026-03-28T11:00:00+00:00"
+    (folder / "batch.jsonl").write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
+            for t in texts
+        )
+    )
+    london = {"CORTEX_TIMEZONE": "Europe/London"}
+    cortex("--now", "2026-03-28T12:00:00Z", "run", home=home, env=london)
+
+    jobs = {j["description"][:20]: j for j in json.loads(cortex("schedules", "--json", home=home).stdout)}
+    assert {k: (j["when"], j["next_fire"]) for k, j in jobs.items()} == {
+        "stretch": ("once", "2026-03-28T11:10+00:00"),  # ten minutes after it was sent
+        "water the plants": ("once", "2026-03-29T09:00+01:00"),  # 09:00 after the change
+        "go to the gym": ("cron 0 8 * * 1,5", "2026-03-30T08:00+01:00"),
+        "pack item0 item1 ite": ("once", "2026-03-28T20:00+00:00"),
+    }
+    packing = jobs["pack item0 item1 ite"]
+    assert len(packing["description"]) <= 200 and packing["description"].endswith("…")
+    assert packing["action"] == f"Remind the user: pack {long_task}."
+    replies = {r["reply_to"]: r["text"] for r in json.loads(cortex("outbox", "--json", home=home).stdout)}
+    assert replies[4] == "Noted."
+    assert replies[5].startswith("I haven't set a reminder: I couldn't tell when.")
+
+    # The stretch reminder was due while the message waited: the next run delivers it, once.
+    later = cortex("--now", "2026-03-28T12:01:00Z", "run", home=home, env=london).stdout
+    assert "fired 1 schedule(s), 1 late" in later and "Reminder: stretch" in later
 
 
 def _claim(db) -> int:

@@ -1,0 +1,211 @@
+"""Reminders as users word them, read offline (proactive/english.py and the offline provider), and
+cron firings around clock changes (proactive/schedules.py), on Europe/London's real wall clock:
+clocks go forward on Sunday 29 March 2026 and back on Sunday 25 October 2026."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cortex_pipelines.llm.base import LLMRequest, ToolSpec
+from cortex_pipelines.llm.offline import OfflineClient
+from cortex_pipelines.proactive import english, schedules
+
+LONDON = ZoneInfo("Europe/London")
+
+
+def _london(iso_utc: str) -> datetime:
+    return datetime.fromisoformat(iso_utc).astimezone(LONDON)
+
+
+SAT_NOON = _london("2026-03-28T12:00:00+00:00")  # the night before the spring change
+SAT_AUTUMN = _london("2026-10-24T12:00:00+00:00")  # 13:00 BST, the day before the autumn change
+
+
+@pytest.mark.parametrize(
+    ("text", "now", "task", "at"),
+    [
+        # A clock change between now and then leaves the wall-clock time alone.
+        ("remind me tomorrow at 9 to A", SAT_NOON, "A", "2026-03-29T09:00+01:00"),
+        ("remind me tomorrow at 11am to A", SAT_NOON, "A", "2026-03-29T11:00+01:00"),
+        ("remind me tomorrow at 9 to A", SAT_AUTUMN, "A", "2026-10-25T09:00+00:00"),
+        # Elapsed time is elapsed: 00:30 GMT plus two hours is 03:30 BST.
+        (
+            "remind me in 2 hours to stretch",
+            _london("2026-03-29T00:30:00+00:00"),
+            "stretch",
+            "2026-03-29T03:30+01:00",
+        ),
+        ("remind me in 2 hrs to check the oven", SAT_NOON, "check the oven", "2026-03-28T14:00+00:00"),
+        ("remind me tonight at 8 to X", SAT_NOON, "X", "2026-03-28T20:00+00:00"),
+        ("remind me at 9.30 to X", _london("2026-03-28T08:00:00+00:00"), "X", "2026-03-28T09:30+00:00"),
+        ("remind me tomorow at 9 to buy milk", SAT_NOON, "buy milk", "2026-03-29T09:00+01:00"),
+        # A bare hour is the next of H:00 and H+12:00.
+        ("remind me to call mom at 5", SAT_NOON, "call mom", "2026-03-28T17:00+00:00"),
+        (
+            "remind me to call mom at 5",
+            _london("2026-03-28T18:00:00+00:00"),
+            "call mom",
+            "2026-03-29T05:00+01:00",
+        ),
+        ("remind me at 9 to water the plants", SAT_NOON, "water the plants", "2026-03-28T21:00+00:00"),
+        (
+            "remind me at noon to eat lunch",
+            _london("2026-03-28T10:00:00+00:00"),
+            "eat lunch",
+            "2026-03-28T12:00+00:00",
+        ),
+        ("remind me at midnight to lock up", SAT_NOON, "lock up", "2026-03-29T00:00+00:00"),
+        # On a later day 1 to 6 are the afternoon and evening, 7 to 11 the morning.
+        ("remind me tomorrow at 3 to call Anna", SAT_NOON, "call Anna", "2026-03-29T15:00+01:00"),
+        ("remind me this morning at 11 to x", SAT_NOON.replace(hour=10), "x", "2026-03-28T11:00+00:00"),
+        ("remind me on friday to pay rent", SAT_NOON, "pay rent", "2026-04-03T09:00+01:00"),
+        ("Reminder: pay rent on Friday at 5pm", SAT_NOON, "pay rent", "2026-04-03T17:00+01:00"),
+        (
+            "set a reminder for tomorrow at 3pm to call the bank",
+            SAT_NOON,
+            "call the bank",
+            "2026-03-29T15:00+01:00",
+        ),
+    ],
+)
+def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task, at):
+    wish = english.parse(text, now)
+    assert wish is not None and wish.cron is None
+    assert (wish.task, wish.at.isoformat(timespec="minutes")) == (task, at)
+
+
+@pytest.mark.parametrize(
+    ("text", "task", "cron"),
+    [
+        ("remind me every monday and friday at 8 to gym", "gym", "0 8 * * 1,5"),
+        ("remind me every Monday, Wednesday and Friday at 7:15 to run", "run", "15 7 * * 1,3,5"),
+        ("remind me every 2 hours to drink", "drink", "0 */2 * * *"),
+        ("remind me every evening at 7 to cook", "cook", "0 19 * * *"),
+        ("remind me every day at 5 to feed the cat", "feed the cat", "0 17 * * *"),
+        ("every weekday at 7:30 give me a morning briefing", "give me a morning briefing", "30 7 * * 1-5"),
+    ],
+)
+def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron):
+    wish = english.parse(text, SAT_NOON)
+    assert wish is not None and (wish.task, wish.cron, wish.at) == (task, cron, None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Every Monday I have yoga at 6pm",
+        "my work schedule starts at 9 tomorrow",
+        "Thanks for the reminder at 5, it helped",
+        "I go to the gym every day at 7",
+        "remind me what moved to Friday",  # asks memory
+    ],
+)
+def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
+    assert english.parse(text, SAT_NOON) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("remind me in 99999999999 weeks to x", "that is more than 1000 years away"),
+        ("every weekday at 25:00 remind me to bad", "25:00 is not a time of day"),
+        ("remind me every 5 hours to drink", "every 5 hours does not divide the day"),
+        ("remind me to buy milk", "I couldn't tell when"),
+        ("remind me at 5", "I couldn't tell what to remind you of"),
+    ],
+)
+def test_a_request_that_cannot_be_kept_says_why(text, why):
+    with pytest.raises(english.Unreadable, match=why):
+        english.parse(text, SAT_NOON)
+
+
+def _fires(cron: str, after: str, count: int) -> list[str]:
+    moment, fires = datetime.fromisoformat(after), []
+    for _ in range(count):
+        moment = schedules.next_cron_fire(cron, "Europe/London", moment)
+        fires.append(moment.astimezone(LONDON).isoformat(timespec="minutes"))
+    return fires
+
+
+@pytest.mark.parametrize(
+    ("cron", "after", "fires"),
+    [
+        # 01:30 comes twice on 25 October: it fires at the first, once.
+        ("30 1 * * *", "2026-10-24T12:00:00+00:00", ["2026-10-25T01:30+01:00", "2026-10-26T01:30+00:00"]),
+        ("30 1 * * *", "2026-10-25T00:31:00+00:00", ["2026-10-26T01:30+00:00"]),
+        # 01:30 never comes on 29 March: it fires once, at 02:00 BST.
+        ("30 1 * * *", "2026-03-28T12:00:00+00:00", ["2026-03-29T02:00+01:00", "2026-03-30T01:30+01:00"]),
+        # An hourly job runs by the elapsed clock through the repeated hour, as cron does.
+        (
+            "0 * * * *",
+            "2026-10-24T23:30:00+00:00",
+            ["2026-10-25T01:00+01:00", "2026-10-25T01:00+00:00", "2026-10-25T02:00+00:00"],
+        ),
+    ],
+)
+def test_a_cron_job_fires_once_per_wall_clock_time_across_clock_changes(cron, after, fires):
+    assert _fires(cron, after, len(fires)) == fires
+
+
+SCHEDULE_CREATE = ToolSpec("schedule_create", "", {})
+
+
+def _offline(text: str, now: str, sent_at: str | None = None):
+    """The offline provider's first answer to `text`, with the hints the brain gives it."""
+    hints = {"text": text, "now": now, "timezone": "Europe/London"}
+    if sent_at:
+        hints["sent_at"] = sent_at
+    request = LLMRequest(system="", messages=[], tools=[SCHEDULE_CREATE], hints=hints)
+    return OfflineClient().complete(request)
+
+
+def test_the_offline_provider_schedules_on_the_zones_clock_from_when_the_user_asked():
+    # The brain's "now" is an ISO time with a fixed offset (+00:00 before the spring change).
+    (call,) = _offline("remind me tomorrow at 9 to A", "2026-03-28T12:00:00+00:00").tool_calls
+    assert call.input["at"].startswith("2026-03-29T09:00:00+01:00")
+    (call,) = _offline("remind me tomorrow at 9 to A", "2026-10-24T13:00:00+01:00").tool_calls
+    assert call.input["at"].startswith("2026-10-25T09:00:00+00:00")
+    # Sent at 09:00, read at 10:00: ten minutes from when it was sent.
+    late = _offline(
+        "remind me in 10 minutes to stretch", "2026-03-27T10:00:00+00:00", "2026-03-27T09:00:00+00:00"
+    )
+    assert late.tool_calls[0].input["at"].startswith("2026-03-27T09:10:00+00:00")
+    # A sent time beyond now (a connector's clock running fast) counts from now.
+    fast = _offline(
+        "remind me in 10 minutes to stretch", "2026-03-27T10:00:00+00:00", "2026-03-27T11:00:00+00:00"
+    )
+    assert fast.tool_calls[0].input["at"].startswith("2026-03-27T10:10:00+00:00")
+
+
+def test_a_long_reminder_keeps_its_whole_text_in_the_action():
+    words = " ".join(f"word{n}" for n in range(60))
+    (call,) = _offline(f"remind me tomorrow at 9 to {words}", "2026-03-28T12:00:00+00:00").tool_calls
+    description = call.input["description"]
+    assert len(description) <= schedules.DESCRIPTION_MAX and description.endswith("…")
+    assert call.input["action"] == f"Remind the user: {words}."
+    schedules.ScheduleRequest(**call.input)  # valid as the tool takes it
+    firing = {"description": description, "action": call.input["action"]}
+    reply = OfflineClient().complete(LLMRequest(system="", messages=[], hints={"schedule": firing}))
+    assert reply.text == f"Reminder: {words}"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("remind me every 2 days to water", "I couldn't tell when"),
+        ("every weekday at 25:00 remind me to bad", "25:00 is not a time of day"),
+        ("remind me tomorrow at 9 to " + "x" * 10_000, "its text is 10,000 characters long"),
+    ],
+)
+def test_a_reminder_request_the_offline_provider_cannot_keep_is_told_so(text, why):
+    reply = _offline(text, "2026-03-28T12:00:00+00:00")
+    assert not reply.tool_calls and reply.text.startswith(f"I haven't set a reminder: {why}")
+    assert '"remind me tomorrow at 9 to …"' in reply.text
+
+
+def test_a_question_that_opens_like_a_reminder_is_not_told_that():
+    reply = _offline("remind me what my locker code is", "2026-03-28T12:00:00+00:00")
+    assert not reply.tool_calls and "reminder" not in reply.text
