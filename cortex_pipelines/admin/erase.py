@@ -233,7 +233,7 @@ def _apply(
                 result.counts |= step(settings, db, plan, redactor)
             except Exception as exc:  # the other stores are still cleaned; said at the end
                 result.warnings.append(f"{step.__name__.strip('_')}: {exc}")
-        if needle and (left := _still_holding(settings.paths.dagster_home, needle)):
+        if needle and (left := still_holding(settings.paths.dagster_home, needle)):
             result.warnings.append(
                 f"dagster: {len(left)} file(s) still hold the --matching text, whose lines are found "
                 f"there only from {MIN_CHARS} characters on: erase again with a longer text"
@@ -418,14 +418,17 @@ def _dagster(settings: Settings, db: Database, plan: erasure.Plan, redactor: Red
     return dagster_sqlite.clean(home, redactor)
 
 
-def _still_holding(home: Path, needle: str) -> list[Path]:
-    """Files under Dagster's home whose bytes still hold the needle (any case): a needle too short
-    for the redactor is only found inside a longer erased text, and the user must hear it stayed."""
-    wanted = needle.lower().encode()
+def still_holding(home: Path, needle: str) -> list[Path]:
+    """Files under Dagster's home whose bytes still hold the needle (any case) as a word of its
+    own: a needle too short for the redactor is only found inside a longer erased text, and the
+    user must hear it stayed; but "4417" inside a timestamp (1795874417.2) is not their PIN."""
+    edge = rb"(?<![0-9a-z])" if needle[:1].isalnum() else b""
+    end = rb"(?![0-9a-z])" if needle[-1:].isalnum() else b""
+    wanted = re.compile(edge + re.escape(needle.lower().encode()) + end)
     if not home.is_dir():
         return []
     files = (p for p in sorted(home.rglob("*")) if p.is_file() and not p.is_symlink())
-    return [p for p in files if wanted in p.read_bytes().lower()]
+    return [p for p in files if wanted.search(p.read_bytes().lower())]
 
 
 def _seal(settings: Settings, db: Database, result: Erasure) -> dict[str, int]:

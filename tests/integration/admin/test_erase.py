@@ -245,3 +245,12 @@ def test_erasing_in_one_chat_keeps_the_other_chats_summary(settings, db, tmp_pat
     assert summaries["telegram:111"] is None
     assert "helios" in summaries["telegram:222"].lower()
     assert [r[0] for r in db.query("SELECT topic FROM topic_summaries")] == ["telegram:222"]
+
+
+def test_a_short_matching_text_left_in_dagster_storage_is_a_word_not_digits_of_a_timestamp(tmp_path):
+    """Erasing "4417" warned that two Dagster files still held it, now and then: the digits of
+    event timestamps (1795874417.25) in its run storage."""
+    (tmp_path / "runs.db").write_bytes(b'{"timestamp": 1795874417.25, "run": "e4417ab"}')
+    (tmp_path / "event.log").write_bytes(b"bus #3 (msg 3) webchat maya: my PIN is 4417, ok")
+    assert eraser.still_holding(tmp_path, "4417") == [tmp_path / "event.log"]
+    assert eraser.still_holding(tmp_path, "QZ-55") == []

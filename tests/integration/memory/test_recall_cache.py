@@ -64,7 +64,7 @@ def test_a_warm_recall_needs_no_duckdb_and_sees_a_turn_cortex_run_records_in_ano
 @pytest.mark.slow
 def test_forget_and_erase_in_another_process_leave_nothing_stale_in_a_warm_recall(tmp_path):
     home, settings, db = _home(
-        tmp_path, "Remember that my locker code is 4417.", "I prefer window seats on long flights."
+        tmp_path, "Remember that my locker code is 4417-ZQX.", "I prefer window seats on long flights."
     )
     _settle()
     hits = recall(db, settings, "locker code", k=5)
@@ -76,7 +76,8 @@ def test_forget_and_erase_in_another_process_leave_nothing_stale_in_a_warm_recal
     cortex("unforget", str(fact_id), home=home)
     _settle()
     assert any("4417" in t for t in _texts(recall(db, settings, "locker code", k=5)))
-    done = json.loads(cortex("erase", "--matching", "4417", "--yes", "--json", home=home).stdout)
+    # 8 characters at least: "4417" alone also matched digits of timestamps in Dagster's storage
+    done = json.loads(cortex("erase", "--matching", "4417-ZQX", "--yes", "--json", home=home).stdout)
     assert done, done
     _settle()
     assert not [t for t in _texts(recall(db, settings, "locker code", k=10)) if "4417" in t]
