@@ -1038,15 +1038,15 @@ def doctor(
         _fail("the database reads whole: a restore would roll back what was said since the backup; add --yes")
     if restore:
         try:
-            source, kept = checkup.restore(settings, backup)
+            restored = checkup.restore(settings, backup)
         except BackupError as exc:
             _fail(str(exc), code=1)
-        _say(f"restored {source} as {settings.paths.db}", progress)
-        if kept:
-            _say(f"the file it replaced is kept as {kept}", progress)
+        for line in restored.lines():
+            _say(line, progress)
         init_home(settings)  # a backup from before a migration is migrated now
         repair_vectors = True  # LanceDB may hold messages the backup does not have
     if repair_vectors:
+        Database(settings.paths.db).migrate()  # a missing file fails here, before LanceDB is touched
         _say("rebuilding LanceDB from DuckDB (re-embedding every message and fact)", progress)
         counts = _rebuild_vectors(settings)
         _say(f"rebuilt: {counts['episodes']} message(s), {counts['facts']} fact(s)", progress)

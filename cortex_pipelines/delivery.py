@@ -9,10 +9,15 @@ acknowledges its reply."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from datetime import datetime
+from pathlib import Path
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.storage import Database, outbox
+
+log = logging.getLogger(__name__)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -88,4 +93,22 @@ def waiting(db: Database, settings: Settings, channel: str | None = None) -> lis
 def counts(db: Database, settings: Settings) -> dict[str, int]:
     """{"waiting", "leased", "dead_lettered"}; `waiting` includes leased replies."""
     db.run(outbox.collect_taken_files, settings.paths)
+    _say_unwritable(settings.paths.outbox)
     return db.run(outbox.counts)
+
+
+def _say_unwritable(folder: Path) -> None:
+    """The brain goes on when it cannot write a reply file (the row waits, and the next export
+    writes it) and says so only in the run log: `cortex run` and `cortex status`, which count the
+    outbox, say it in one line."""
+    try:
+        folders = [folder, *sorted(c for c in folder.iterdir() if c.is_dir() and not c.name.startswith("."))]
+    except OSError:  # missing (init makes it) or unreadable: the write fails with its own line
+        return
+    unwritable = next((f for f in folders if not os.access(f, os.W_OK | os.X_OK)), None)
+    if unwritable:
+        log.warning(
+            "%s is not writable by this user: reply files wait unwritten; to repair: chmod u+rwx %s",
+            unwritable,
+            unwritable,
+        )

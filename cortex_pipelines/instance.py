@@ -27,11 +27,12 @@ load_from:
 
 
 def init_home(settings: Settings) -> list[Path]:
-    """Create the folders, migrate the database, install dagster.yaml. Safe to run again."""
+    """Migrate the database, create the folders, install dagster.yaml. Safe to run again. The
+    database comes first: a home whose database is missing fails there, with nothing created."""
     paths = settings.paths
+    Database(paths.db).migrate()
     for folder in (paths.inbox, paths.rejected, paths.outbox, paths.out, paths.dagster_home, paths.workspace):
         folder.mkdir(parents=True, exist_ok=True)
-    Database(paths.db).migrate()
     written = []
     shipped = resources.files("cortex_pipelines").joinpath("dagster.yaml").read_text()
     for target, body in (

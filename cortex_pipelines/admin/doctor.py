@@ -16,7 +16,7 @@ from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
-from cortex_pipelines.storage import Database, backup, health
+from cortex_pipelines.storage import Database, backup, health, lease
 from cortex_pipelines.storage.health import REPAIR_VECTORS, RESTORE, one_line
 from cortex_pipelines.storage.migrations import MIGRATIONS
 
@@ -69,8 +69,10 @@ def _size(n: float) -> str:
 
 def _duckdb(paths: Paths) -> tuple[Check, _Expected | None]:
     if not paths.db.exists():
-        repair = RESTORE if backup.backups(paths.db) else INIT
-        return Check("duckdb", paths.db, False, f"{paths.db} is missing", repair), None
+        lost = backup.lost(paths.db)
+        return Check(
+            "duckdb", paths.db, False, f"{paths.db} is missing", lost.repair_command if lost else INIT
+        ), None
 
     def look(con):
         episodes_due, sessions = health.indexed_session_ids(con, EPISODIC_CURSOR)
@@ -222,6 +224,24 @@ def _writable(store: str, folder: Path) -> Check:
     return Check(store, folder, True, f"{folder}: writable")
 
 
+def _outbox(paths: Paths) -> Check:
+    """outbox/ and each channel's folder in it, where the reply files are written."""
+    found = _writable("outbox", paths.outbox)
+    if not found.ok:
+        return found
+    try:
+        channels = sorted(c for c in paths.outbox.iterdir() if c.is_dir() and not c.name.startswith("."))
+    except OSError as exc:
+        return Check(
+            "outbox",
+            paths.outbox,
+            False,
+            f"{paths.outbox} is not readable ({exc.strerror})",
+            f"chmod u+rwx {paths.outbox}",
+        )
+    return next((c for c in (_writable("outbox", channel) for channel in channels) if not c.ok), found)
+
+
 def _disk(paths: Paths) -> Check:
     free = shutil.disk_usage(paths.home).free
     need = max(MIN_FREE_BYTES, 2 * (paths.db.stat().st_size if paths.db.exists() else 0))
@@ -252,7 +272,8 @@ def check_all(settings: Settings) -> list[Check]:
         _snapshots(vectors),
         _inbox(paths),
         _writable("outputs", paths.out),
-        _writable("outbox", paths.outbox),
+        _outbox(paths),
+        _writable("home", paths.home),  # DuckDB creates its write-ahead log beside its file
         _disk(paths),
         _dagster_home(paths),
     ]
@@ -271,10 +292,96 @@ def database_whole(settings: Settings) -> bool:
     return True
 
 
-def restore(settings: Settings, chosen: str | None) -> tuple[Path, Path | None]:
+@dataclass
+class Restored:
+    """What a restore did, for the lines it prints."""
+
+    source: Path
+    db: Path
+    kept: Path | None  # the file it replaced
+    later: tuple[dict[str, int], int] | str  # messages by inbox folder and replies, or why not counted
+    replies_moved: int
+    aside: Path
+    ingested: Path
+
+    def lines(self) -> list[str]:
+        said = [f"restored {self.source} as {self.db}"]
+        if self.kept:
+            said.append(f"the file it replaced is kept as {self.kept}")
+        if isinstance(self.later, str):
+            said.append(
+                f"what was said after the backup is rolled back (not counted: {self.later}); "
+                f"`cortex ingest {self.ingested}` brings back the messages that came through the inbox"
+            )
+        elif any(self.later[0].values()) or self.later[1]:
+            by_folder, replies = self.later
+            said.append(
+                f"rolled back {sum(by_folder.values())} message(s) and {replies} reply(ies) from after "
+                f"the backup{self._bring_back(by_folder)}"
+            )
+        if self.replies_moved:
+            said.append(f"moved {self.replies_moved} outbox file(s) of rolled-back replies to {self.aside}")
+        return said
+
+    def _bring_back(self, by_folder: dict[str, int]) -> str:
+        """The one command that brings the messages back (their inbox files are kept in .ingested;
+        those already restored are duplicates), and how many it cannot bring."""
+        folders = sorted(f for f in by_folder if f)
+        elsewhere = by_folder.get("", 0)
+        told = ""
+        if folders:
+            where = self.ingested / folders[0] if len(folders) == 1 else self.ingested
+            told = f"; `cortex ingest {where}` brings the messages back, to be answered again"
+        if elsewhere:
+            told += f"; {elsewhere} of them came by the gateway, an import or a schedule, which keep no file"
+        return told
+
+
+def _runs_in_flight(dagster_home: Path) -> list[str]:
+    """Dagster runs of this home in flight (after the dead ones are failed), with their process."""
+    if not (dagster_home / "dagster.yaml").is_file():
+        return []
+    from dagster import DagsterInstance, RunsFilter
+
+    from cortex_pipelines.lanes import IN_FLIGHT, PID_TAG, reap_dead_runs, run_process
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        reap_dead_runs(instance)
+        runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT))
+        pids = [run_process(instance, run.run_id) for run in runs]
+    return [
+        f"run {run.run_id[:8]} ({run.job_name}, pid {found[0] if found else run.tags.get(PID_TAG, '?')})"
+        for run, found in zip(runs, pids, strict=True)
+    ]
+
+
+def _live_drainer(con, timeout_s: float) -> tuple[str, str, int] | None:
+    return health.lease_holder(con, lease.NAME) if lease.holder_alive(con, timeout_s) else None
+
+
+def _answering(settings: Settings) -> str | None:
+    """Who answers messages in this home now. A `cortex run` holds DuckDB only for short
+    transactions, so the file's lock alone misses it: its Dagster run is in flight, and it holds
+    the brain lease while it drains (as `cortex chat` and an erasure do without a run)."""
+    if runs := _runs_in_flight(settings.paths.dagster_home):
+        return runs[0]
+    if not settings.paths.db.exists():
+        return None
+    with backup.exclusive(settings.paths.db):  # refuses at once while a process keeps the file open
+        pass
+    try:
+        holder = Database(settings.paths.db).examine(_live_drainer, settings.lease_timeout_s)
+    except (duckdb.Error, OSError):
+        return None  # a file that does not read is drained by nobody
+    return f"pid {holder[2]} on {holder[1]} ({holder[0]})" if holder else None
+
+
+def restore(settings: Settings, chosen: str | None) -> Restored:
     """Bring back the named backup (a path, or a name in the backups folder) or the newest that
-    reads whole; returns it and where the file it replaced was kept."""
-    db_path = settings.paths.db
+    reads whole, unless a process is answering messages; set aside the outbox files of the replies
+    it rolls back, and count what it rolled back from the file it replaced."""
+    paths = settings.paths
+    db_path = paths.db
     if chosen is None:
         source = backup.newest_good(db_path)
     else:
@@ -283,4 +390,35 @@ def restore(settings: Settings, chosen: str | None) -> tuple[Path, Path | None]:
             source = backup.folder(db_path) / chosen
         if not source.is_file():
             raise backup.BackupError(f"no backup {chosen} (see {backup.folder(db_path)})")
-    return source, backup.restore(db_path, source)
+    if who := _answering(settings):
+        raise backup.BackupError(
+            f"{who} is answering messages in this home: try again after it ends (a processing run "
+            f"lingers {settings.brain_linger_seconds:g} s after its last answer; stopping `cortex dev` "
+            "ends it); nothing was restored"
+        )
+    kept = backup.restore(db_path, source)
+    (last_message, last_reply), replies = backup.examine(
+        source, lambda con: (health.last_ids(con), health.reply_ids(con))
+    )
+    moved, aside = backup.set_aside_replies(paths.outbox, replies)
+    return Restored(
+        source,
+        db_path,
+        kept,
+        _said_after(paths, kept, last_message, last_reply),
+        moved,
+        aside,
+        paths.ingested,
+    )
+
+
+def _said_after(paths: Paths, kept: Path | None, last_message: int, last_reply: int):
+    """Messages (by inbox folder) and replies the replaced file holds beyond the backup, or why
+    they cannot be counted. Read from the copy kept aside: no process holds it any more."""
+    if kept is None:
+        return f"{paths.db} was missing"
+    try:
+        return backup.examine(kept, health.said_after, last_message, last_reply)
+    except (duckdb.Error, OSError) as exc:
+        damage = health.as_store_damaged(exc, paths)
+        return f"{paths.db} {damage.reason if damage else one_line(exc)}"

@@ -173,6 +173,8 @@ class Database:
         with host.lock:
             att = self._attachment(host)
             if att.users == 0:
+                if not self.path.exists() and (gone := backup.lost(self.path)):
+                    raise gone  # ATTACH would create an empty file in its place, in any process
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 quoted = str(self.path.absolute()).replace("'", "''")
                 try:
@@ -435,6 +437,8 @@ class Database:
             elif backup.due(self.path):
                 try:
                     backup.take(con, self._alias, self.path)
+                except backup.BackupError as exc:
+                    log.warning("the daily DuckDB backup failed: %s", exc)
                 except (OSError, duckdb.Error) as exc:
                     if not health.is_disk_full(exc):  # said by the write that fails next, or by doctor
                         log.warning("the daily DuckDB backup failed: %s", health.one_line(exc))

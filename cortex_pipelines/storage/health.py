@@ -2,13 +2,16 @@
 
 Storage libraries fail with their own exceptions (a DuckDB IOException, a lance RuntimeError, an
 OSError from a full disk), each dozens of lines deep. `as_store_damaged` turns the ones that mean
-"this store is damaged" into one StoreDamaged that names the store and the command that repairs it.
+"this store is damaged" (or unusable as it is: a full disk, a file this user may not write) into one
+StoreDamaged that names the store and the command that repairs it.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -35,6 +38,11 @@ _DUCKDB_DAMAGE_TYPES = (
     duckdb.FatalException,
 )
 _LANCE_TABLE = re.compile(r"([A-Za-z0-9_-]+)\.lance\b")
+_QUOTED_FILE = re.compile(r'"([^"]+)"')
+# ENOSPC in the words of Python and DuckDB, lance (Rust) and SQLite (Dagster's run storage)
+_DISK_FULL = ("no space left on device", "os error 28", "database or disk is full")
+# SQLite may say only "disk I/O error" when its shared memory file cannot grow on a full disk
+_NEARLY_FULL_BYTES = 16 * 1024 * 1024
 _RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
 
 
@@ -65,7 +73,17 @@ def is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         return True
     text = str(exc).lower()
-    return "no space left on device" in text or "os error 28" in text
+    return any(words in text for words in _DISK_FULL)
+
+
+def _full_below(exc: BaseException, home: Path) -> bool:
+    """A SQLite I/O error on a disk with almost nothing free is the full disk."""
+    if "disk i/o error" not in str(exc).lower():
+        return False
+    try:
+        return shutil.disk_usage(home).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
 
 
 def is_lance_damage(exc: BaseException) -> bool:
@@ -84,13 +102,38 @@ def _duckdb_damage(exc: duckdb.Error) -> str | None:
     return f"is damaged: {one_line(exc)}" if isinstance(exc, _DUCKDB_DAMAGE_TYPES) else None
 
 
+def not_permitted(path: Path, store: str = "the file") -> StoreDamaged:
+    """A file this user may not read or write, or cannot create: its mode is wrong, not its bytes,
+    so the repair is chmod (a restore would replace an intact file)."""
+    if os.path.lexists(path):
+        return StoreDamaged(store, path, "is not readable and writable by this user", f"chmod u+rw {path}")
+    return StoreDamaged(
+        store,
+        path,
+        f"cannot be created: {path.parent} is not writable by this user",
+        f"chmod u+rwx {path.parent}",
+    )
+
+
+def _denied(exc: BaseException, paths: Paths) -> StoreDamaged | None:
+    if isinstance(exc, PermissionError):
+        where = Path(exc.filename) if exc.filename else paths.home
+        return not_permitted(where, "the folder" if os.path.isdir(where) else "the file")
+    if isinstance(exc, duckdb.Error) and "permission denied" in str(exc).lower():
+        named = _QUOTED_FILE.search(str(exc))
+        return not_permitted(Path(named.group(1)) if named else paths.db, "the DuckDB database")
+    return None
+
+
 def as_store_damaged(exc: BaseException, paths: Paths) -> StoreDamaged | None:
     """The damaged store behind an exception (or anything it was raised from), else None."""
     for cause in _chain(exc):
         if isinstance(cause, StoreDamaged):
             return cause
-        if is_disk_full(cause):
+        if is_disk_full(cause) or _full_below(cause, paths.home):
             return StoreDamaged("the disk holding", paths.home, "is full (nothing was lost)", FREE_SPACE)
+        if denied := _denied(cause, paths):
+            return denied
         if isinstance(cause, duckdb.IOException) and "lock" in str(cause).lower():
             return StoreDamaged("the DuckDB database", paths.db, f"is in use: {one_line(cause)}", WAIT)
         if isinstance(cause, duckdb.Error) and (reason := _duckdb_damage(cause)):
@@ -150,3 +193,31 @@ def indexed_facts(con) -> tuple[dict[int, str], set[int]]:
         "SELECT id, status, indexed_at IS NOT NULL AND indexed_at >= updated_at FROM facts"
     ).fetchall()
     return {i: status for i, status, fresh in rows if fresh}, {i for i, _, _ in rows}
+
+
+def lease_holder(con, name: str) -> tuple[str, str, int] | None:
+    """(holder, host, pid) of a lease's row, live or not (`lease.holder_alive` says which)."""
+    return con.execute("SELECT holder, host, pid FROM brain_lease WHERE name = ?", [name]).fetchone()
+
+
+def last_ids(con) -> tuple[int, int]:
+    """The newest message's and reply's ids: what a restored backup holds up to."""
+    return con.execute(
+        "SELECT (SELECT coalesce(max(id), 0) FROM bus), (SELECT coalesce(max(id), 0) FROM outbox)"
+    ).fetchone()
+
+
+def said_after(con, bus_id: int, outbox_id: int) -> tuple[dict[str, int], int]:
+    """What a file holds beyond a backup's last ids: messages by the inbox folder they came from
+    ('' for the gateway, imports and schedules: no inbox file holds them), and replies."""
+    folders = con.execute(
+        "SELECT CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END, count(*) "
+        "FROM bus WHERE id > ? GROUP BY 1",
+        [bus_id],
+    ).fetchall()
+    replies = con.execute("SELECT count(*) FROM outbox WHERE id > ?", [outbox_id]).fetchone()[0]
+    return dict(folders), replies
+
+
+def reply_ids(con) -> set[int]:
+    return {i for (i,) in con.execute("SELECT id FROM outbox").fetchall()}

@@ -8,10 +8,13 @@ import errno
 import json
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -23,7 +26,9 @@ from cortex_pipelines.storage import Database, backup
 from cortex_pipelines.storage import db as db_module
 from cortex_pipelines.storage.health import as_store_damaged
 from cortex_pipelines.storage.migrations import MIGRATIONS
-from tests.support.stores import held_by_another_process
+from tests.support.messages_server import MessagesServer
+from tests.support.messages_server import text as reply_text
+from tests.support.stores import held_by_another_process, read_only
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,6 +133,123 @@ def test_a_zeroed_duckdb_file_is_one_line_for_every_command_and_doctor_restores_
     assert after["bus"] == before["bus"] and after["memory"] == before["memory"]
 
 
+def test_a_deleted_duckdb_file_fails_every_command_in_one_line_and_creates_nothing(home):
+    """Any command made a new empty file in its place: `status` said zero messages, `run` answered
+    from the old vectors and overwrote the outbox's files, `--repair-vectors` wiped the vectors, and
+    the next day's backup of the empty file pushed the good ones out."""
+    db_path = Paths(home).db
+    db_path.unlink()
+    kept = {p: p.read_bytes() for p in [*backup.backups(db_path), *(home / "outbox").rglob("*.json")]}
+    vectors = sorted((home / "lance").rglob("*"))
+    for args in (
+        ("status",),
+        ("run",),
+        ("send", "webchat", "hello again"),
+        ("init",),
+        ("doctor", "--repair-vectors"),
+    ):
+        _one_line(cortex(*args, home=home), f"{db_path} is missing", "to repair: cortex doctor --restore")
+    assert not db_path.exists()
+    assert {p: p.read_bytes() for p in kept} == kept and sorted((home / "lance").rglob("*")) == vectors
+    assert not list((home / "inbox" / "webchat").glob("*.json"))
+    assert _doctor_lines(cortex("doctor", home=home))["duckdb"].endswith(
+        "is missing → cortex doctor --restore"
+    )
+
+
+def test_only_a_home_that_held_a_database_misses_it(tmp_path):
+    paths = Paths(tmp_path)
+    assert backup.lost(paths.db) is None  # a new home: the first command creates the file
+    (paths.ingested / "webchat").mkdir(parents=True)
+    (paths.ingested / "webchat" / "1.json").write_text("{}")
+    lost = backup.lost(paths.db)
+    assert lost.path == paths.db and lost.repair_command.startswith("cortex doctor --restore COPY")
+    backup.folder(paths.db).mkdir()
+    (backup.folder(paths.db) / "cortex-20260101T120000Z.duckdb").write_bytes(b"")
+    assert backup.lost(paths.db).repair_command == "cortex doctor --restore"
+
+
+def test_a_damaged_database_is_not_backed_up_over_the_good_backups(home):
+    """The day's backup copied a file with a zeroed block (read commands still answered) and deleted
+    the oldest good backup to make room for it."""
+    db_path = Paths(home).db
+    (today,) = backup.backups(db_path)
+    for day in range(1, 8):
+        shutil.copyfile(today, backup.folder(db_path) / f"cortex-202601{day:02d}T120000Z.duckdb")
+    today.unlink()
+    good = sorted(p.name for p in backup.backups(db_path))
+    ((block, size),) = read_only(
+        home,
+        "SELECT min(block_id), any_value(block_size) "
+        "FROM pragma_storage_info('outbox'), pragma_database_size() WHERE block_id >= 0",
+    )
+    with open(db_path, "r+b") as fh:  # a block recall does not read: the command still answers
+        fh.seek(3 * 4096 + block * size)
+        fh.write(b"\0" * 4096)
+
+    recall = cortex("recall", "sister Porto", home=home)
+    assert recall.returncode == 0 and "Porto" in recall.stdout, recall.stderr
+    warning = recall.stderr.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("cortex: warning: the daily DuckDB backup failed: ")
+    assert (
+        "damaged block" in warning[0]
+        and "no older backup was removed" in warning[0]
+        and "cortex doctor" in warning[0]
+    )
+    assert sorted(p.name for p in backup.backups(db_path)) == good
+    assert not list(backup.folder(db_path).glob(".*"))  # nor a temporary copy left behind
+
+
+def _without_root_s_override(*args: str) -> list[str]:
+    """argv that a chmod binds: root reads and writes any file unless it drops those capabilities."""
+    if os.geteuid() != 0:
+        return list(args)
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *args]
+
+
+def _as_owner(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    argv = _without_root_s_override(sys.executable, "-m", "cortex_pipelines.cli", *args)
+    return subprocess.run(argv, env=_env(home), capture_output=True, text=True, timeout=240)
+
+
+def test_a_file_or_folder_this_user_may_not_write_is_a_chmod_line_not_a_restore(home):
+    """An unreadable cortex.duckdb was reported as damaged with `cortex doctor --restore`, which
+    crashed with a traceback; a read-only home crashed every write with a traceback; an unwritable
+    outbox/<channel>/ went unsaid by `run` and doctor."""
+    if subprocess.run(_without_root_s_override("true")).returncode != 0:
+        pytest.skip("root cannot drop its file capabilities here")
+    db_path, outbox = Paths(home).db, home / "outbox" / "webchat"
+    db_path.chmod(0o000)
+    try:
+        for args in (("status",), ("doctor", "--restore")):
+            line = _one_line(
+                _as_owner(*args, home=home), f"{db_path} is not readable and writable by this user"
+            )
+            assert line.endswith(f"to repair: chmod u+rw {db_path}"), line
+        assert _doctor_lines(_as_owner("doctor", home=home))["duckdb"].endswith(f"→ chmod u+rw {db_path}")
+        assert not list(home.glob("cortex.duckdb.damaged-*"))
+    finally:
+        db_path.chmod(0o600)
+
+    home.chmod(0o500)  # DuckDB writes its log beside the file
+    try:
+        pin = _as_owner("pin", "The spare key is under the blue pot.", home=home)
+        _one_line(pin, f"{home} is not writable by this user", f"to repair: chmod u+rwx {home}")
+    finally:
+        home.chmod(0o700)
+
+    outbox.chmod(0o500)
+    try:
+        status = _as_owner("status", home=home)
+        assert status.returncode == 0 and status.stderr.strip() == (
+            f"cortex: warning: {outbox} is not writable by this user: reply files wait unwritten; "
+            f"to repair: chmod u+rwx {outbox}"
+        )
+        assert _doctor_lines(_as_owner("doctor", home=home))["outbox"].endswith(f"→ chmod u+rwx {outbox}")
+    finally:
+        outbox.chmod(0o700)
+
+
 def test_restore_over_a_whole_database_asks_for_yes(home):
     """On a database that reads whole, a restore rolls back what was said since the backup: it
     did so unasked, and named the healthy file "damaged"."""
@@ -137,8 +259,26 @@ def test_restore_over_a_whole_database_asks_for_yes(home):
     _one_line(cortex("doctor", "--restore", home=home), "reads whole", "--yes")
     assert json.loads(cortex("status", "--json", home=home).stdout)["bus"] == before
     assert not list(home.glob("cortex.duckdb.damaged-*"))
-    assert cortex("doctor", "--restore", "--yes", home=home).returncode == 0
+    restored = cortex("doctor", "--restore", "--yes", home=home)
+    assert restored.returncode == 0, restored.stderr
     assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["completed"] < before["completed"]
+
+    # It says what it rolled back and how to bring the messages back; the rolled-back reply's file
+    # is set aside, not left for the next reply, which takes its id, to overwrite.
+    ingested = home / "inbox" / ".ingested" / "webchat"
+    assert (
+        f"rolled back 1 message(s) and 1 reply(ies) from after the backup; `cortex ingest {ingested}` "
+        "brings the messages back, to be answered again"
+    ) in restored.stdout.splitlines()
+    (aside,) = (home / "outbox").glob(".rolled-back-*")
+    assert f"moved 1 outbox file(s) of rolled-back replies to {aside}" in restored.stdout.splitlines()
+    assert [p.name for p in (aside / "webchat").iterdir()] == ["0000000003.json"]
+    assert sorted(p.name for p in (home / "outbox" / "webchat").iterdir()) == [
+        "0000000001.json",
+        "0000000002.json",
+    ]
+    again = cortex("ingest", str(ingested), home=home)
+    assert "ingested 1 message(s), 2 duplicate(s)" in again.stdout, again.stdout + again.stderr
 
 
 def test_restore_over_a_database_from_a_newer_cortex_asks_for_yes(home):
@@ -169,6 +309,40 @@ def test_restore_refuses_while_another_process_holds_the_database(home):
         proc = cortex("doctor", "--restore", home=home)
         _one_line(proc, "is open in another process")
     assert not list(home.glob("cortex.duckdb.damaged-*"))
+
+
+def test_restore_refuses_while_a_run_is_answering(home):
+    """A `cortex run` holds DuckDB only for short transactions, so the file lock let a restore swap
+    the file under it: its reply was lost and the outbox files no longer matched their rows."""
+    cortex("send", "webchat", "Remember that my bike is blue.", home=home)
+    release = threading.Event()
+
+    def answer_when_released(body):
+        release.wait(60)
+        return reply_text("Noted, your bike is blue.")
+
+    with MessagesServer(responder=answer_when_released) as server:
+        llm = {"CORTEX_LLM_PROVIDER": "anthropic", "CORTEX_BASE_URL": server.url, "CORTEX_API_KEY": "test"}
+        run = subprocess.Popen(
+            [sys.executable, "-m", "cortex_pipelines.cli", "run"],
+            env=_env(home, llm),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not server.requests and run.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert server.requests, "the run never asked the model"
+            proc = cortex("doctor", "--restore", "--yes", home=home)
+        finally:
+            release.set()
+            out, errors = run.communicate(timeout=120)
+    _one_line(proc, "is answering messages in this home", f"pid {run.pid}", "try again after it ends")
+    assert not list(home.glob("cortex.duckdb.damaged-*"))
+    assert run.returncode == 0, out + errors
+    assert "Noted, your bike is blue." in (home / "outbox" / "webchat" / "0000000003.json").read_text()
 
 
 def test_a_deleted_lancedb_fragment_degrades_recall_and_doctor_rebuilds_it(home):
@@ -245,8 +419,9 @@ def test_a_full_disk_is_one_line_and_queues_nothing(home, tmp_path):
         OSError(errno.ENOSPC, "No space left on device"),
         duckdb.IOException('IO Error: Could not write file "x.wal": No space left on device'),
         RuntimeError("lance error: IO error: failed to write: No space left on device (os error 28)"),
+        sqlite3.OperationalError("database or disk is full"),  # Dagster's run storage
     ],
-    ids=["oserror", "duckdb", "lance"],
+    ids=["oserror", "duckdb", "lance", "sqlite"],
 )
 def test_every_storage_library_s_full_disk_maps_to_the_same_line(exc, tmp_path):
     wrapped = RuntimeError("the asset failed")

@@ -67,4 +67,4 @@ def test_an_embedding_model_folder_or_name_is_accepted_without_loading(tmp_path,
 @pytest.mark.parametrize("now", ["+99999999d", "-99999999d", "+" + "9" * 400 + "s", "9999-12-31"])
 def test_a_clock_moved_past_what_dates_hold_fails_in_one_line(tmp_path, now):
     proc = cortex("--now", now, "status", home=tmp_path / "home", check=False)
-    assert "moves the clock more than 1000 years" in _one_line_failure(proc, "cortex: CORTEX_NOW: ")
+    assert "moves the clock more than 1000 years" in _one_line_failure(proc, "cortex: --now: ")
