@@ -43,7 +43,7 @@ from cortex_pipelines.processes import (
 )
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage import schedules as schedule_store
-from cortex_pipelines.storage.backup import BackupError
+from cortex_pipelines.storage.backup import BackupError, NoSuchBackup
 from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
 from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.health import as_store_damaged
@@ -1039,6 +1039,8 @@ def doctor(
     if restore:
         try:
             restored = checkup.restore(settings, backup)
+        except NoSuchBackup as exc:
+            _fail(str(exc))
         except BackupError as exc:
             _fail(str(exc), code=1)
         for line in restored.lines():

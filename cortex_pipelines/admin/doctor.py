@@ -389,7 +389,7 @@ def restore(settings: Settings, chosen: str | None) -> Restored:
         if not source.is_file():
             source = backup.folder(db_path) / chosen
         if not source.is_file():
-            raise backup.BackupError(f"no backup {chosen} (see {backup.folder(db_path)})")
+            raise backup.NoSuchBackup(f"no backup {chosen} (see {backup.folder(db_path)})")
     if who := _answering(settings):
         raise backup.BackupError(
             f"{who} is answering messages in this home: try again after it ends (a processing run "

@@ -36,6 +36,10 @@ class BackupError(Exception):
     """A backup cannot be taken, found or brought back; the message is one line."""
 
 
+class NoSuchBackup(BackupError):
+    """The backup the user named is not there: bad input (exit 2), not a failure of the stores."""
+
+
 def folder(db_path: Path) -> Path:
     return db_path.parent / "backups"
 

@@ -302,6 +302,9 @@ def test_restore_from_a_file_that_is_no_backup_says_so_and_nothing_about_the_hea
     fake.write_text("not a db")
     _one_line(cortex("doctor", "--restore", str(fake), "--yes", home=home), "not a readable backup")
     assert _doctor_lines(cortex("doctor", home=home))["duckdb"].startswith("ok")
+    unknown = cortex("doctor", "--restore", "cortex-19990101T000000Z.duckdb", "--yes", home=home)
+    _one_line(unknown, "no backup cortex-19990101T000000Z.duckdb")
+    assert unknown.returncode == 2  # a name mistyped is bad input, as every command's is
 
 
 def test_restore_refuses_while_another_process_holds_the_database(home):
