@@ -130,6 +130,7 @@ def bench_ingest(tmp: Path, reps: int, progress) -> dict:
 
 
 def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
+    from cortex_pipelines.memory import tail
     from cortex_pipelines.memory.embedder import DIMENSIONS, get_embedder
     from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id, sentence_lines
     from cortex_pipelines.memory.recall import recall
@@ -192,7 +193,8 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
         with db.burst():
             for n, text in enumerate(queries_said[:50]):
                 vector = matrix[n]
-                db.run(_record_turn, text, embedder_id(embedder), vector, vector[None, :])
+                turn = db.run(_record_turn, text, embedder_id(embedder), vector, vector[None, :])
+                tail.keep_recorded(str(db.path), embedder_id(embedder), turn, text, vector, vector[None, :])
                 started = time.perf_counter()
                 recall(db, settings, text, k=10)
                 after_write.append((time.perf_counter() - started) * 1000)
@@ -264,11 +266,13 @@ def _as_the_file_of_a_home(con, size: int, model: str) -> None:
     )
 
 
-def _record_turn(con, text: str, model: str, vector: np.ndarray, sentences: np.ndarray) -> None:
+def _record_turn(con, text: str, model: str, vector: np.ndarray, sentences: np.ndarray) -> int:
+    """A turn recorded with its vectors, as the brain records one (it then keeps the vectors)."""
     from cortex_pipelines.storage import session, turn_vectors
 
     turn = session.append_owner_note(con, "webchat", "maya", text)
     turn_vectors.record(con, turn, model, vector, sentences)
+    return turn
 
 
 def bench_context(tmp: Path, reps: int, progress) -> dict:

@@ -27,6 +27,7 @@ from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.llm.recorded import complete_recorded
+from cortex_pipelines.memory import tail
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
@@ -194,6 +195,9 @@ class Brain:
             return assemble(con, self.settings, msg, session_id, note), op, note
 
         context, completed_op, op_note = self.db.run(begin_turn)
+        if vectors is not None:
+            model, vector, sentences = vectors
+            tail.keep_recorded(str(self.db.path), model, context.session_id, msg.text, vector, sentences)
         recalled = self._recall(msg, context, query_vector)
         self._note_update(msg, context.session_id)
         hints = {

@@ -38,13 +38,22 @@ def stored_vectors(con, file: str, model: str, turns: pa.Table) -> TurnVectors:
             if kept is not None and kept[0] == text:
                 known[sid] = kept[1:]
     read = turn_vectors.stored(con, [sid for sid in said if sid not in known], model)
+    for sid, (vector, sentences) in (known | read).items():
+        keep_recorded(file, model, sid, said[sid], vector, sentences)
+    return known | read
+
+
+def keep_recorded(
+    file: str, model: str, session_id: int, text: str, vector: np.ndarray, sentences: np.ndarray
+) -> None:
+    """The vectors this process has just stored with a turn, kept as if read back: the brain
+    recalls right after it records the turn, and reading that turn's vectors from DuckDB again was
+    about 1.3 ms of recall's 15 at 100,000 turns. Call it once the write has committed."""
     with _kept_lock:
-        for sid, (vector, sentences) in (known | read).items():
-            _kept[(file, model, sid)] = (said[sid], vector, sentences)
-            _kept.move_to_end((file, model, sid))
+        _kept[(file, model, session_id)] = (text, vector, sentences)
+        _kept.move_to_end((file, model, session_id))
         while len(_kept) > VECTORS_KEPT:
             _kept.popitem(last=False)
-    return known | read
 
 
 def by_keywords(query: str, texts: list[str], k: int, rrf_k: int) -> list[tuple[int, float, int]]:

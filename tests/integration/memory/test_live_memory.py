@@ -246,3 +246,24 @@ def test_after_a_restore_a_turn_id_given_again_is_recalled_by_its_new_turns_vect
     assert db.query("SELECT id FROM session WHERE content = ?", [seats]) == [(1,)]  # the same id again
     hits = recall(db, settings, "What foods must I avoid for dinner?", k=3)
     assert not [h for h in hits if "window" in h.text], [h.as_dict() for h in hits]
+
+
+def test_the_vectors_the_brain_keeps_for_its_next_recall_are_the_ones_it_stored(settings, db, tmp_path):
+    """The brain keeps a turn's vectors in the process as it stores them, so recall right after the
+    write need not read them back; what it keeps must be what DuckDB holds, or the next recall would
+    compare the turn by vectors no other process sees."""
+    from cortex_pipelines.memory import tail
+    from cortex_pipelines.memory.pipeline import embedder_id
+    from cortex_pipelines.storage import turn_vectors
+
+    source = tmp_path / "said.jsonl"
+    source.write_text(json.dumps({"channel": "webchat", "sender": "user", "text": PAIRS[2][0]}) + "\n")
+    ingest_path(source, settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    (turn,) = db.query("SELECT id FROM session WHERE role = 'user'")
+    model = embedder_id(embedder_for(settings))
+    text, vector, sentences = tail._kept[(str(db.path), model, turn[0])]
+    stored_vector, stored_sentences = db.run(turn_vectors.stored, [turn[0]], model)[turn[0]]
+    assert text == PAIRS[2][0]
+    np.testing.assert_allclose(vector, stored_vector, atol=1e-6)
+    np.testing.assert_allclose(sentences, stored_sentences, atol=1e-6)
