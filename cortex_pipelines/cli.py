@@ -422,14 +422,17 @@ def outbox_cmd(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Replies waiting for delivery (leased ones included), and how many were dead-lettered."""
+    """Replies waiting for delivery (leased ones included), and how many were dead-lettered; with a
+    channel, only that channel's (`--requeue-dead` included)."""
+    if dead and requeue_dead:
+        _fail("--dead lists dead-lettered replies and --requeue-dead puts them back: choose one")
     settings = _ready()
     if channel is not None and channel not in settings.known_channels():
         _fail(f"unknown channel {channel!r}")
     db = Database(settings.paths.db)
     if requeue_dead:
-        requeued = delivery.requeue_dead(db, settings, None)
-        _say(f"requeued {len(requeued)} dead-lettered reply(ies)")
+        requeued = delivery.requeue_dead(db, settings, None, channel)
+        _say(f"requeued {len(requeued)} dead-lettered reply(ies)" + (f" on {channel}" if channel else ""))
         return
     if dead:
         rows = [r for r in delivery.dead_letters(db) if channel in (None, r["channel"])]

@@ -69,9 +69,12 @@ def dead_letter(db: Database, settings: Settings, ids: list[int], error: str) ->
     return len(dead)
 
 
-def requeue_dead(db: Database, settings: Settings, ids: list[int] | None) -> list[int]:
-    """Dead-lettered replies back in the outbox (all when ids is None), their files exported again."""
-    requeued = db.run(outbox.requeue_dead, ids)
+def requeue_dead(
+    db: Database, settings: Settings, ids: list[int] | None, channel: str | None = None
+) -> list[int]:
+    """Dead-lettered replies back in the outbox (all when ids is None, of every channel when channel
+    is None), their files exported again."""
+    requeued = db.run(outbox.requeue_dead, ids, channel)
     if requeued:
         db.run(outbox.export_files, settings.paths)
     return requeued

@@ -147,14 +147,14 @@ def dead_letter(con, ids: list[int], error: str) -> list[dict]:
     )
 
 
-def requeue_dead(con, ids: list[int] | None) -> list[int]:
-    """Dead-lettered replies back in the outbox with fresh attempts (all when ids is None); their
-    files are exported again."""
+def requeue_dead(con, ids: list[int] | None, channel: str | None = None) -> list[int]:
+    """Dead-lettered replies back in the outbox with fresh attempts (all when ids is None, of every
+    channel when channel is None); their files are exported again."""
     rows = con.execute(
         "UPDATE outbox SET dead_lettered_at = NULL, error = NULL, attempts = 0, exported_at = NULL "
         "WHERE dead_lettered_at IS NOT NULL AND delivered_at IS NULL "
-        "AND (? IS NULL OR list_contains(?::BIGINT[], id)) RETURNING id",
-        [ids, ids],
+        "AND (? IS NULL OR list_contains(?::BIGINT[], id)) AND (? IS NULL OR channel = ?) RETURNING id",
+        [ids, ids, channel, channel],
     ).fetchall()
     return sorted(r[0] for r in rows)
 

@@ -14,6 +14,7 @@ from cortex_pipelines.ingest.inbox import ingest_message
 from cortex_pipelines.instance import init_home, status
 from cortex_pipelines.storage import Database, outbox
 from cortex_pipelines.storage.migrations import MIGRATIONS
+from tests.support.cli import cortex
 
 
 def _ingest(settings, db, **fields) -> int:
@@ -96,6 +97,25 @@ def test_after_max_attempts_a_reply_is_dead_lettered_counted_and_can_be_requeued
     assert status(quick)["outbox"] == {"waiting": 0, "leased": 0, "dead_lettered": 1}
     assert delivery.requeue_dead(db, quick, None) == [dead["id"]]
     assert [m["attempt"] for m in delivery.poll(db, quick, "telegram", 20)] == [1]
+
+
+def test_cortex_outbox_requeues_the_dead_letters_of_the_channel_it_names(quick, db):
+    """`cortex outbox telegram --requeue-dead` puts back telegram's dead letters, not WhatsApp's
+    too; asking to list and to requeue at once is bad input, and changes nothing."""
+    for channel, sender in (("telegram", "42"), ("whatsapp", "+4915")):
+        bus_id = _ingest(quick, db, channel=channel, sender=sender, external_id=channel)
+        _reply(db, bus_id, channel, f"undeliverable on {channel}")
+        (leased,) = delivery.poll(db, quick, channel, 20)
+        assert delivery.dead_letter(db, quick, [leased["id"]], "chat not found") == 1
+
+    both = cortex("outbox", "--dead", "--requeue-dead", home=quick.home, check=False)
+    assert both.returncode == 2 and "choose one" in both.stderr
+    assert len(delivery.dead_letters(db)) == 2
+
+    done = cortex("outbox", "telegram", "--requeue-dead", home=quick.home)
+    assert "requeued 1 dead-lettered reply(ies) on telegram" in done.stdout
+    assert [m["channel"] for m in delivery.dead_letters(db)] == ["whatsapp"]
+    assert [m["text"] for m in delivery.waiting(db, quick, "telegram")] == ["undeliverable on telegram"]
 
 
 def test_a_connector_dead_letters_what_it_cannot_deliver(quick, db):
