@@ -559,6 +559,7 @@ def recent(
             continue
         category, rating = classify(said) or (None, 1)
         kinds = [category] if category else []
+        rating = float(rating)  # as a fact's: one type for one field in `cortex recent --json`
         items.append(RecentItem("turn", turn["id"], said, turn["ts"], turn["channel"], rating, kinds, 0))
     scored = []
     for item in items:

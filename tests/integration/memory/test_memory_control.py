@@ -408,7 +408,9 @@ def test_recent_scores_the_last_48_hours_by_keywords_recency_and_importance(door
     if door == "admin":
         assert answer.text == "\n".join(item.line(n) for n, item in enumerate(expected, 1))
     else:
-        assert [(i["kind"], i["id"]) for i in json.loads(answer.text)] == [(i.kind, i.id) for i in expected]
+        shown = json.loads(answer.text)
+        assert [(i["kind"], i["id"]) for i in shown] == [(i.kind, i.id) for i in expected]
+        assert [type(i["importance"]) for i in shown] == [float, float]  # a turn's as a fact's
 
 
 def test_recent_without_a_query_ranks_by_recency_and_importance_and_filters_categories(settings, db):
