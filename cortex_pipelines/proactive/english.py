@@ -1,5 +1,6 @@
 """Simple English reminder requests, for the offline provider: "remind me every Monday at 9 to send
-my timesheet", "remind me tomorrow at 8am to call Anna", "in 2 hours remind me to stretch".
+my timesheet", "remind me tomorrow at 8am to call Anna", "in 2 hours remind me to stretch", "remind
+me every 30 minutes to stretch".
 
 Only explicit requests, in the shapes a demo needs, are understood; an explicit request it cannot
 read raises Unreadable, so that the user is told; anything else is left to a real model. The result
@@ -17,6 +18,7 @@ _DAY = "|".join(_DAYS)
 _CRON_DOW = {day: (n + 1) % 7 for n, day in enumerate(_DAYS)}  # cron: 0 = Sunday
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
 _NUMBER = r"\d+|" + "|".join(_NUMBERS)
+_EVERY_OTHER = ("other", "second", "2nd", "alternate")  # "every other day": a step of 2
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}  # by first letter
 _UNIT_SECONDS = {"minutes": 60, "hours": 3600, "days": 86400, "weeks": 7 * 86400}
 # As far as `--now` may move the clock; much further and date arithmetic overflows ("in 99999999999
@@ -25,6 +27,14 @@ _FARTHEST_S = 1000 * 365 * 86400
 # Without a time of day: the part of the day named, else 09:00 (as "every Monday").
 _PART_HOURS = {"morning": 8, "afternoon": 14, "evening": 18, "night": 20}
 _DEFAULT_HOUR = 9
+# "tonight at 1am", "tonight at 12": a time of night before this hour is on the next calendar day.
+_NIGHT_ENDS = 6
+_DAY_MINUTES = 24 * 60
+_WEEK_MINUTES = 7 * _DAY_MINUTES
+# By the unit's first letter: minutes, hours, days, weeks, fortnights.
+_STEP_MINUTES = {"m": 1, "h": 60, "d": _DAY_MINUTES, "w": _WEEK_MINUTES, "f": 2 * _WEEK_MINUTES}
+# Cron counts minutes within the hour and hours within the day: only these steps come round evenly.
+_KEPT_STEPS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, _DAY_MINUTES)
 
 _AMPM = r"(?P<ampm>[ap]\.?m\b\.?)"
 _HOUR_MINUTE = r"(?P<hour>\d{1,2})(?:[:.](?P<minute>\d{2}))?"
@@ -34,12 +44,18 @@ _CLOCKS = (
     re.compile(rf"\bat\s+{_HOUR_MINUTE}(?:\s*{_AMPM})?(?![\d:])", re.I),
     re.compile(rf"\b{_HOUR_MINUTE}\s*{_AMPM}", re.I),
 )
+_DAY_LIST = rf"(?:{_DAY})s?(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:{_DAY})s?)*"
+# "every 30 minutes", "every other day", "every 2 Mondays" (a step), or named days and parts of the day.
 _EVERY = re.compile(
-    rf"\bevery\s+(?:(?P<n>{_NUMBER})\s*(?:hours?|hrs?|h)\b"
-    r"|(?P<what>day|weekday|weekend|morning|afternoon|evening|night|hour|hr)s?\b"
-    rf"|(?P<days>(?:{_DAY})s?(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:{_DAY})s?)*)\b)",
+    rf"\bevery\s+(?:(?P<n>{_NUMBER}|{'|'.join(_EVERY_OTHER)})\s*"
+    rf"(?P<unit>minutes?|mins?|m|hours?|hrs?|h|days?|weeks?|fortnights?|(?:{_DAY})s?)\b"
+    r"|(?P<half>half\s+(?:an\s+)?hour)\b"
+    r"|(?P<what>day|weekday|weekend|morning|afternoon|evening|night|hour|hr|minute|min|week|fortnight)s?\b"
+    rf"|(?P<days>{_DAY_LIST})\b)",
     re.I,
 )
+# The days of "every week on Monday and Thursday".
+_ON_DAYS = re.compile(rf"\b(?:on\s+)?(?P<days>{_DAY_LIST})\b(?!['’])", re.I)
 _IN = re.compile(rf"\bin\s+(?P<n>{_NUMBER})\s*(?P<unit>minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b", re.I)
 _PARTS = "morning|afternoon|evening|night"
 _PART = rf"(?:\s+(?P<part>{_PARTS}))?"
@@ -99,6 +115,8 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
 
 
 def _number(raw: str) -> int:
+    if raw.lower() in _EVERY_OTHER:
+        return 2
     return int(raw) if raw.isdigit() else _NUMBERS[raw.lower()]
 
 
@@ -141,26 +159,86 @@ def _need(task: str) -> str:
 
 
 def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | None:
+    """A step within the day ("every 30 minutes") repeats by the clock; "every day", "every 24 hours"
+    and "every week on Friday" at a time of day; a step cron cannot keep is refused, not rounded."""
     what = (every.group("what") or "").lower()
-    hourly = every.group("n") is not None or what in ("hour", "hr")
-    clock = None if hourly else _first_clock(text)
-    task = _task(text, every, clock)
+    step = _step(every)
+    clock = None if step is not None and step < _DAY_MINUTES else _first_clock(text)
+    weekly = _ON_DAYS.search(text) if step == _WEEK_MINUTES else None
+    task = _task(text, every, clock, weekly)
     if not asked and not _ADDRESSED.match(task):
         return None
+    if step is not None and step != _DAY_MINUTES and not weekly:
+        cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
+        return ReminderRequest(_need(task), cron=cron)
     task = _need(task)
-    if hourly:
-        n = _number(every.group("n")) if every.group("n") else 1
-        if n not in (1, 2, 3, 4, 6, 8, 12):
-            raise Unreadable(f"every {n} hours does not divide the day (say 1, 2, 3, 4, 6, 8 or 12)")
-        return ReminderRequest(task, cron="0 * * * *" if n == 1 else f"0 */{n} * * *")
     hour, minute, bare = _time_of_day(clock) if clock else (_PART_HOURS.get(what, _DEFAULT_HOUR), 0, False)
     if bare:
         hour = _bare_hour(hour, what)
+    elif what == "night" and clock and _bare_twelve(clock):
+        hour = 0
     dow = {"weekday": "1-5", "weekend": "6,0"}.get(what)
-    if every.group("days"):
-        named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, every.group("days"), re.I)}
+    if days := every.group("days") or (weekly and weekly.group("days")):
+        named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
         dow = ",".join(str(d) for d in sorted(named))
     return ReminderRequest(task, cron=f"{minute} {hour} * * {dow or '*'}")
+
+
+def _step(every: re.Match) -> int | None:
+    """Minutes from one reminder to the next ("every 30 minutes", "every other day", "every 2
+    Mondays"); None for named days and parts of the day ("every Monday", "every evening")."""
+    if every.group("half"):
+        return 30
+    what = (every.group("what") or "").lower()
+    if every.group("unit"):
+        n, unit = _number(every.group("n")), every.group("unit").lower()
+    elif what in ("minute", "min", "hour", "hr", "week", "fortnight"):
+        n, unit = 1, what
+    else:
+        return None
+    return n * (_WEEK_MINUTES if unit.rstrip("s") in _DAYS else _STEP_MINUTES[unit[0]])
+
+
+def _step_cron(step: int, said: str) -> str:
+    """The cron for a step that divides the hour or the day. Any other step is refused with the
+    nearest that can be kept: a 5-field cron has no period, so "*/3" in the day field restarts each
+    month and "*/45" in the minute field fires at :00 and :45."""
+    if step == 0:
+        raise Unreadable(f"{said} is not an interval")
+    if step < 60 and 60 % step == 0:
+        return "* * * * *" if step == 1 else f"*/{step} * * * *"
+    if step < _DAY_MINUTES and step % 60 == 0 and 24 % (step // 60) == 0:
+        return "0 * * * *" if step == 60 else f"0 */{step // 60} * * *"
+    if step == _WEEK_MINUTES:
+        raise Unreadable(f'{said} needs a day of the week, as in "every Monday at 9"')
+    if step % _WEEK_MINUTES == 0:
+        raise Unreadable(
+            f"{said} can't be kept exactly: a repeating reminder comes back every week on the days it "
+            'names; I can set one for every week, as in "every Friday at 9"'
+        )
+    if step % _DAY_MINUTES == 0:
+        raise Unreadable(
+            f"{said} can't be kept exactly: a repeating reminder follows the calendar, where a "
+            f"{step // _DAY_MINUTES}-day step would start over at every month's end; I can set one for "
+            'every day or for named days, as in "every Monday and Thursday at 9"'
+        )
+    if step < 60:
+        reason = "does not divide the hour"
+    elif step % 60 == 0:
+        reason = "does not divide the day"
+    else:
+        reason = "is not a whole number of hours"
+    below = max(kept for kept in _KEPT_STEPS if kept < step)
+    above = [kept for kept in _KEPT_STEPS if kept > step][:1]
+    nearest = " or ".join(_every(kept) for kept in (below, *above))
+    raise Unreadable(f"{said} {reason}, so it can't be kept exactly; say {nearest}")
+
+
+def _every(step: int) -> str:
+    if step == _DAY_MINUTES:
+        return "every day"
+    n, unit = (step, "minute") if step < 60 else (step // 60, "hour")
+    return f"every {unit}" if n == 1 else f"every {n} {unit}s"
 
 
 def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
@@ -191,7 +269,8 @@ def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
 def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     """A day and/or a time of day. A bare hour today (named or not) is the next of H:00 and H+12:00
     ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day it is
-    read by `_bare_hour`."""
+    read by `_bare_hour`. A night's small hours are the next day's: "tonight at 12" is the coming
+    midnight."""
     day = _RELATIVE_DAY.search(text) or _WEEKDAY.search(text)
     clock = _first_clock(text)
     if day is None and clock is None:
@@ -204,6 +283,8 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
         hour, minute, bare = _time_of_day(clock)
         if bare and part:
             hour, bare = _bare_hour(hour, part), False
+        elif part == "night" and _bare_twelve(clock):
+            hour = 0
     elif part or named != "today":
         hour, minute, bare = _PART_HOURS.get(part, _DEFAULT_HOUR), 0, False
     else:
@@ -219,6 +300,8 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     else:
         on = today
         later = None if named else today + timedelta(days=1)  # "at 9", once passed: tomorrow's
+    if part == "night" and hour < _NIGHT_ENDS:
+        on, later = on + timedelta(days=1), later and later + timedelta(days=1)
     if bare and on > today:
         hour, bare = _bare_hour(hour, ""), False
     zone = now_local.tzinfo
@@ -231,6 +314,12 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     if bare and named in _DAYS:  # next week's
         hour = _bare_hour(hour, "")
     return ReminderRequest(task, at=_wall(later, hour, minute, zone))
+
+
+def _bare_twelve(clock: re.Match) -> bool:
+    """12 without am/pm: at night it is midnight, not noon."""
+    found = clock.groupdict()
+    return found.get("hour") == "12" and not found.get("ampm")
 
 
 def _bare_hour(hour: int, part: str) -> int:

@@ -69,6 +69,13 @@ SAT_AUTUMN = _london("2026-10-24T12:00:00+00:00")  # 13:00 BST, the day before t
             "call the bank",
             "2026-03-29T15:00+01:00",
         ),
+        # Tonight's 12 is the coming midnight, and its small hours are the next day's.
+        ("remind me tonight at 12 to lock up", SAT_NOON, "lock up", "2026-03-29T00:00+00:00"),
+        ("remind me tonight at midnight to lock up", SAT_NOON, "lock up", "2026-03-29T00:00+00:00"),
+        ("remind me at 12:30 tonight to lock up", SAT_NOON, "lock up", "2026-03-29T00:30+00:00"),
+        ("remind me tonight at 1am to lock up", SAT_AUTUMN, "lock up", "2026-10-25T01:00+01:00"),
+        ("remind me tomorrow night at 12 to lock up", SAT_NOON, "lock up", "2026-03-30T00:00+01:00"),
+        ("remind me tonight at 11 to lock up", SAT_NOON, "lock up", "2026-03-28T23:00+00:00"),
     ],
 )
 def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task, at):
@@ -86,6 +93,17 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me every evening at 7 to cook", "cook", "0 19 * * *"),
         ("remind me every day at 5 to feed the cat", "feed the cat", "0 17 * * *"),
         ("every weekday at 7:30 give me a morning briefing", "give me a morning briefing", "30 7 * * 1-5"),
+        # A step that divides the hour or the day repeats by the clock.
+        ("remind me every 30 minutes to stretch", "stretch", "*/30 * * * *"),
+        ("every 15 mins remind me to check the oven", "check the oven", "*/15 * * * *"),
+        ("remind me every half hour to stretch", "stretch", "*/30 * * * *"),
+        ("remind me every minute to breathe", "breathe", "* * * * *"),
+        ("every 2 hours remind me to drink water", "drink water", "0 */2 * * *"),
+        ("remind me every 120 minutes to drink", "drink", "0 */2 * * *"),
+        ("remind me every other hour to drink", "drink", "0 */2 * * *"),
+        ("remind me every 24 hours at 8 to take the pill", "take the pill", "0 8 * * *"),
+        ("remind me every week on Friday at 5pm to send the report", "send the report", "0 17 * * 5"),
+        ("remind me every night at 12 to lock up", "lock up", "0 0 * * *"),
     ],
 )
 def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron):
@@ -101,6 +119,8 @@ def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron)
         "Thanks for the reminder at 5, it helped",
         "I go to the gym every day at 7",
         "remind me what moved to Friday",  # asks memory
+        "Every 2 days I water the plants",
+        "I stretch every 30 minutes",
     ],
 )
 def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
@@ -112,7 +132,27 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
     [
         ("remind me in 99999999999 weeks to x", "that is more than 1000 years away"),
         ("every weekday at 25:00 remind me to bad", "25:00 is not a time of day"),
-        ("remind me every 5 hours to drink", "every 5 hours does not divide the day"),
+        # Never a different interval than asked: the nearest that can be kept, to say instead.
+        (
+            "remind me every 5 hours to drink",
+            "every 5 hours does not divide the day.*say every 4 hours or every 6 hours$",
+        ),
+        (
+            "remind me every 7 minutes to x",
+            "every 7 minutes does not divide the hour.*say every 6 minutes or every 10",
+        ),
+        ("remind me every 45 minutes to x", "can't be kept exactly; say every 30 minutes or every hour$"),
+        ("remind me every 90 minutes to x", "say every hour or every 2 hours$"),
+        # Cron's day-of-month steps start over each month: named days or every day instead.
+        (
+            "remind me every 3 days at 9 to water",
+            "every 3 days can't be kept exactly.*every day or for named days",
+        ),
+        ("every other day remind me to water", "every other day can't be kept exactly.*month's end"),
+        ("remind me every 2 weeks to pay", 'every 2 weeks can\'t be kept exactly.*"every Friday at 9"'),
+        ("remind me every other Monday to pay", "every other Monday can't be kept exactly"),
+        ("remind me every fortnight on Friday to pay", "every fortnight can't be kept exactly"),
+        ("remind me every week to call gran", "every week needs a day of the week"),
         ("remind me to buy milk", "I couldn't tell when"),
         ("remind me at 5", "I couldn't tell what to remind you of"),
     ],
@@ -195,7 +235,8 @@ def test_a_long_reminder_keeps_its_whole_text_in_the_action():
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("remind me every 2 days to water", "I couldn't tell when"),
+        ("remind me every 2 days to water", "every 2 days can't be kept exactly"),
+        ("remind me every 45 minutes to stretch", "every 45 minutes does not divide the hour"),
         ("every weekday at 25:00 remind me to bad", "25:00 is not a time of day"),
         ("remind me tomorrow at 9 to " + "x" * 10_000, "its text is 10,000 characters long"),
     ],

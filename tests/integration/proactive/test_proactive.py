@@ -248,6 +248,51 @@ def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
     assert "fired 1 schedule(s), 1 late" in later and "Reminder: stretch" in later
 
 
+@pytest.mark.timeout(600)
+def test_reminders_every_few_minutes_or_hours_and_tonight_at_12(tmp_path):
+    """Offline, through the CLI: steps that divide the hour or the day repeat by the clock, "tonight at
+    12" is the coming midnight, and a step cron cannot keep is refused with what can be said instead,
+    setting nothing."""
+    home = tmp_path / "home"
+    texts = [
+        "remind me every 30 minutes to stretch",
+        "every 2 hours remind me to drink water",
+        "remind me tonight at 12 to lock up",
+        "remind me every other day to water the plants",
+        "remind me every 45 minutes to check the oven",
+    ]
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True)
+    sent = "2026-03-28T12:00:00+00:00"
+    (folder / "batch.jsonl").write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
+            for t in texts
+        )
+    )
+    london = {"CORTEX_TIMEZONE": "Europe/London"}
+    cortex("--now", "2026-03-28T12:00:00Z", "run", home=home, env=london)
+
+    jobs = json.loads(cortex("schedules", "--json", home=home).stdout)
+    assert {j["description"]: (j["when"], j["next_fire"]) for j in jobs} == {
+        "stretch": ("cron */30 * * * *", "2026-03-28T12:30+00:00"),
+        "drink water": ("cron 0 */2 * * *", "2026-03-28T14:00+00:00"),
+        "lock up": ("once", "2026-03-29T00:00+00:00"),  # midnight after Saturday, not Saturday noon
+    }
+    replies = {r["reply_to"]: r["text"] for r in json.loads(cortex("outbox", "--json", home=home).stdout)}
+    assert replies[4].startswith("I haven't set a reminder: every other day can't be kept exactly")
+    assert 'every day or for named days, as in "every Monday and Thursday at 9"' in replies[4]
+    assert replies[5].startswith(
+        "I haven't set a reminder: every 45 minutes does not divide the hour, so it can't be kept "
+        "exactly; say every 30 minutes or every hour."
+    )
+
+    # Half an hour later the stretch reminder comes, and again half an hour after that.
+    for when in ("2026-03-28T12:30:10Z", "2026-03-28T13:00:10Z"):
+        fired = cortex("--now", when, "run", home=home, env=london).stdout
+        assert "fired 1 schedule(s)" in fired and "Reminder: stretch" in fired
+
+
 def _claim(db) -> int:
     return db.run(bus.claim_next).id
 
