@@ -328,32 +328,36 @@ def _vectors(settings: Settings, db: Database, plan: erasure.Plan, redactor: Red
 
 
 def _inbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:
-    """Inbox files holding an erased message, archived or waiting: a .jsonl is rewritten without its
-    lines, a .json (and a rejected file's note) deleted. A record goes when its channel and external
-    id, or its whole text, are an erased message's, or its text holds the --matching text; a line
-    that is not a record, when it carries erased text."""
+    """Inbox files holding an erased message, archived, waiting or rejected: a .jsonl is rewritten
+    without its lines; any other file (a .json, a rejected .txt or .part, and a rejected file's note)
+    is deleted. A record goes when its channel and external id, or its whole text, are an erased
+    message's, or any of its strings (the text under whatever key a connector wrote it) carries
+    erased text or holds the --matching text; a line that is not a record, when it does."""
     keys = {(c, str(e)) for c, e in plan.external_ids}
     texts = {unicodedata.normalize("NFC", t) for t in plan.texts}
     needle = plan.needle.lower() if plan.needle else None
+
+    def carries(text: str) -> bool:
+        return redactor.hits(text) or bool(needle and needle in unicodedata.normalize("NFC", text).lower())
 
     def erased(line: str) -> bool:
         try:
             record = json.loads(line)
         except ValueError:
-            return redactor.hits(line)
+            return carries(line)
         if not isinstance(record, dict):
-            return redactor.hits(line)
+            return any(carries(text) for text in _strings(record)) or carries(line)
         text = record.get("text")
         said = unicodedata.normalize("NFC", text) if isinstance(text, str) else ""
         return (
             (record.get("channel"), str(record.get("external_id"))) in keys
             or said in texts
-            or bool(needle and needle in said.lower())
+            or any(carries(text) for text in _strings(record))
         )
 
     changed = 0
     for path in sorted(settings.paths.inbox.rglob("*")):
-        if path.is_symlink() or not path.is_file() or path.suffix not in (".json", ".jsonl"):
+        if path.is_symlink() or not path.is_file():
             continue
         data = path.read_text(encoding="utf-8", errors="replace")
         lines = data.split("\n") if path.suffix == ".jsonl" else [data]
@@ -367,6 +371,17 @@ def _inbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redac
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".error").unlink(missing_ok=True)
     return {"inbox_files": changed}
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a parsed JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def _outbox(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:

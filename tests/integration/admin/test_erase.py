@@ -8,6 +8,7 @@ snapshots, a distinctive string is erased, and then no file under CORTEX_HOME ho
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -49,7 +50,17 @@ def test_erased_text_is_in_no_file_under_cortex_home(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     cortex("send", "webchat", "My sister Ana lives in Lisbon", "--sender", "maya", home=home)
+    # Files the inbox rejects, which it keeps for the user to look at: a note that is no JSON file,
+    # a record with its text under another key, a writer's temporary file never renamed.
+    webchat = home / "inbox" / "webchat"
+    (webchat / "note.txt").write_text(f"pin for the bank: {PIN}\n", encoding="utf-8")
+    (webchat / "typo.json").write_text(json.dumps({"channel": "webchat", "sender": "maya", "txt": PIN}))
+    abandoned = webchat / "late.json.part"
+    abandoned.write_text(json.dumps({"channel": "webchat", "sender": "maya", "text": f"PIN {PIN}"}))
+    os.utime(abandoned, (abandoned.stat().st_mtime - 3600,) * 2)
     cortex("run", home=home)
+    rejected = {p.name for p in (home / "inbox" / ".rejected" / "webchat").iterdir()}
+    assert {"note.txt", "typo.json", "late.json.part"} <= rejected, rejected
     recalled = cortex("recall", "bank PIN", home=home).stdout
     assert PIN in recalled  # and its snapshot is saved
     assert (home / "lance-snapshots").is_dir()
