@@ -59,6 +59,7 @@ class Erasure:
 
     messages: list[dict]
     facts: list[dict] = field(default_factory=list)
+    pins: list[dict] = field(default_factory=list)
     scrubs: bool = False
     applied: bool = False
     erasure_id: int | None = None
@@ -75,9 +76,11 @@ class Erasure:
             pulled = "  (its reply quotes erased text)" if m["pulled_in"] else ""
             said.append(f"{ref} {m['channel']} {m['sender'] or '?'} {m['sent_at'][:16]}: {m['text']}{pulled}")
         said += [f"fact {f['id']}: {f['text']}" for f in self.facts]
-        what = f"{len(self.messages)} message(s)" + (f" and {len(self.facts)} fact(s)" if self.facts else "")
+        said += [f"pin {p['position']}: {p['text']}" for p in self.pins]
+        counted = ((self.messages, "message"), (self.facts, "fact"), (self.pins, "pin"))
+        what = " and ".join(f"{len(listed)} {kind}(s)" for listed, kind in counted if listed)
         counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if v)
-        if self.messages or self.facts:
+        if self.messages or self.facts or self.pins:
             if self.applied:
                 said.append(f"erased {what} as erasure #{self.erasure_id}: {counts}")
             else:
@@ -102,6 +105,7 @@ class Erasure:
             "erasure_id": self.erasure_id,
             "messages": self.messages,
             "facts": self.facts,
+            "pins": self.pins,
             "counts": self.counts,
             "warnings": self.warnings,
         }
@@ -158,7 +162,7 @@ def preview(settings: Settings, sel: Selector) -> Erasure:
     chosen, plan = _plan(db, sel)
     if plan is None:
         return Erasure([])
-    return Erasure(_listing(db, plan, chosen), _facts(db, plan), bool(sel.matching))
+    return Erasure(_listing(db, plan, chosen), _facts(db, plan), _pins(db, plan), bool(sel.matching))
 
 
 def erase(settings: Settings, sel: Selector) -> Erasure:
@@ -225,7 +229,8 @@ def _apply(
         raise Busy(f"{exc}: try again when it is done; nothing was erased") from None
     try:
         plan = db.run(replan)
-        result = Erasure(relist(plan) or listing, _facts(db, plan), bool(needle), applied=True)
+        listed = relist(plan) or listing
+        result = Erasure(listed, _facts(db, plan), _pins(db, plan), bool(needle), applied=True)
         result.erasure_id = db.run(erasure.delete, plan, kinds)
         redactor = Redactor([*plan.texts, *plan.derived, needle or ""], plan.session_ids)
         for step in (_vectors, _inbox, _outbox, _published, _dagster):
@@ -299,6 +304,14 @@ def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]
 
 def _facts(db: Database, plan: erasure.Plan) -> list[dict]:
     return [{"id": f["id"], "text": shorten(f["text"])} for f in db.run(erasure.listed_facts, plan.facts)]
+
+
+def _pins(db: Database, plan: erasure.Plan) -> list[dict]:
+    """The pins that go: they hold the --matching text or quote an erased message."""
+    return [
+        {"position": p["position"], "text": shorten(p["text"])}
+        for p in db.run(erasure.listed_pins, plan.ids.get("pins", []))
+    ]
 
 
 def shorten(text: str, limit: int = SHOWN_CHARS) -> str:

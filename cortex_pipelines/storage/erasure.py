@@ -289,6 +289,18 @@ def listed_facts(con, fact_ids: list[int]) -> list[dict]:
     )
 
 
+def listed_pins(con, pin_ids: list[int]) -> list[dict]:
+    """The pins an erasure deletes, as listed to the user: their position (as `cortex pins` numbers
+    them) and text."""
+    return dict_rows(
+        con.execute(
+            "SELECT position, text FROM (SELECT id, text, row_number() OVER (ORDER BY id) AS position "
+            "FROM pins) WHERE list_contains(?::BIGINT[], id) ORDER BY position",
+            [pin_ids],
+        )
+    )
+
+
 def _firings(con, bus: list[int]) -> set[int]:
     """Messages fired by schedules that erased messages created: they carry the schedule's words."""
     return _set(

@@ -265,3 +265,24 @@ def test_a_short_matching_text_left_in_dagster_storage_is_a_word_not_digits_of_a
     (tmp_path / "event.log").write_bytes(b"bus #3 (msg 3) webchat maya: my PIN is 4417, ok")
     assert eraser.still_holding(tmp_path, "4417") == [tmp_path / "event.log"]
     assert eraser.still_holding(tmp_path, "QZ-55") == []
+
+
+def test_the_listing_names_the_pins_that_erase_deletes(tmp_path: Path) -> None:
+    """A pin holding the --matching text is deleted with --yes; the listing said "no message or
+    fact holds it" all the same, so the user could not see that a pin would go."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("pin", "I prefer window seats", home=home)
+    cortex("pin", f"Locker code {PIN} at the Alvalade gym", home=home)
+
+    listed = cortex("erase", "--matching", PIN, home=home).stdout
+    assert f"pin 2: Locker code {PIN} at the Alvalade gym" in listed
+    assert "nothing erased; add --yes to erase these 1 pin(s)" in listed
+    assert "no message or fact holds it" not in listed
+    assert len(json.loads(cortex("pins", "--json", home=home).stdout)) == 2
+
+    done = json.loads(cortex("erase", "--matching", PIN, "--yes", "--json", home=home).stdout)
+    assert done["pins"] == [{"position": 2, "text": f"Locker code {PIN} at the Alvalade gym"}]
+    assert done["counts"]["pins"] == 1
+    left = json.loads(cortex("pins", "--json", home=home).stdout)
+    assert [p["text"] for p in left] == ["I prefer window seats"]
