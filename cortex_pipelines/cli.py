@@ -679,8 +679,8 @@ def recent(
 @app.command()
 def pin(text: str, label: Annotated[str | None, typer.Option(help="short label")] = None) -> None:
     """Pin an item to working memory (always in context; at most 10, oldest drop out)."""
-    db, _ = _memory_db()
-    _say(_memory(control.pin, db, text, label).line())
+    db, settings = _memory_db()
+    _say(_memory(control.pin, db, settings, text, label).line())
 
 
 @app.command()
@@ -691,11 +691,11 @@ def unpin(
     """Remove the pin at POSITION, or every pin with --all."""
     if (position is None) == (not unpin_all):
         _fail("give a position or --all")
-    db, _ = _memory_db()
+    db, settings = _memory_db()
     if unpin_all:
-        _say(f"unpinned {len(control.clear_pins(db))} item(s)")
+        _say(f"unpinned {len(control.clear_pins(db, settings))} item(s)")
         return
-    _say(f"unpinned: {_memory(control.unpin, db, position)['text']}")
+    _say(f"unpinned: {_memory(control.unpin, db, settings, position)['text']}")
 
 
 @app.command("pins")

@@ -243,12 +243,12 @@ class AdminChat:
 
     def _pin(self, *words: str) -> str:
         text, options = _options(words, ("--label",))
-        return control.pin(self.db, " ".join(text), options.get("label", [None])[-1]).line()
+        return control.pin(self.db, self.settings, " ".join(text), options.get("label", [None])[-1]).line()
 
     def _unpin(self, position: str) -> str:
         if position == "--all":
-            return f"unpinned {len(control.clear_pins(self.db))} item(s)"
-        return f"unpinned: {control.unpin(self.db, int(position))['text']}"
+            return f"unpinned {len(control.clear_pins(self.db, self.settings))} item(s)"
+        return f"unpinned: {control.unpin(self.db, self.settings, int(position))['text']}"
 
     def _pins(self) -> str:
         return "\n".join(control.pin_line(p) for p in control.pins(self.db)) or "nothing pinned"

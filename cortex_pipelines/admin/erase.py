@@ -4,8 +4,8 @@
 1. DuckDB, in one transaction: the exchanges (message, turn, reply), their vectors, facts drawn only
    from them or whose text holds erased text (a fact with other sources that does not keeps those,
    and its text), fact history, threads, decisions,
-   channel summaries, delegated work, schedules, pins, outbox rows; and an audit row (ids, counts, a
-   hash of the texts: never the content).
+   channel summaries, delegated work, schedules, pins, outbox rows; and an audit row (ids and
+   counts: never the content, nor a hash of it).
 2. LanceDB: their rows, with every other row of the data files that held one rewritten and every
    older version removed; the saved recall snapshots (the next query rebuilds them).
 3. Files: inbox archives (a .jsonl loses the lines, a .json goes), outbox files, the published

@@ -291,10 +291,10 @@ class ToolRunner:
             "memory_dedupe": (DedupeInput, self._dedupe),
             "memory_stats": (NoInput, lambda _: control.stats(self.db, self.settings)),
             "memory_recent": (RecentInput, self._recent),
-            "pin_add": (PinInput, lambda a: asdict(control.pin(self.db, a.text, a.label))),
+            "pin_add": (PinInput, lambda a: asdict(control.pin(self.db, self.settings, a.text, a.label))),
             "pin_list": (NoInput, lambda _: control.pins(self.db)),
-            "pin_remove": (UnpinInput, lambda a: control.unpin(self.db, a.position)),
-            "pin_clear": (NoInput, lambda _: {"unpinned": control.clear_pins(self.db)}),
+            "pin_remove": (UnpinInput, lambda a: control.unpin(self.db, self.settings, a.position)),
+            "pin_clear": (NoInput, lambda _: {"unpinned": control.clear_pins(self.db, self.settings)}),
             "system_inspect": (InspectInput, self._inspect),
         }.get(call.name)
         owner = speaks_for_owner(self.settings, self.message)

@@ -225,27 +225,35 @@ def edit(
 class Forgotten:
     fact_id: int
     forgotten: bool  # False: remembered again
+    also_hidden: int = 0  # forgotten: the exchanges elsewhere whose reply quoted it, hidden with it
 
     def line(self) -> str:
-        return f"forgot fact {self.fact_id}" if self.forgotten else f"fact {self.fact_id} is remembered again"
+        if not self.forgotten:
+            return f"fact {self.fact_id} is remembered again"
+        n = self.also_hidden
+        quoted = f"; also hidden: {n} exchange{'s' * (n != 1)} that quoted it" if n else ""
+        return f"forgot fact {self.fact_id}{quoted}"
 
 
 def forget(
     db: Database, settings: Settings, fact_id: int, caller: Caller, reason: str | None = None
 ) -> Forgotten:
-    """Stop using a fact, and the turns it came from (soft, audited, undone by unforget)."""
+    """Stop using a fact, the turns it came from and the exchanges that quoted it (soft, audited,
+    undone by unforget)."""
     why = f"{caller.door}: {(reason or '').strip() or 'asked by the owner'}"
-    if not db.run(facts.forget, fact_id, why):
+    quoting = db.run(facts.forget, fact_id, why)
+    if quoting is None:
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
     _publish_now(db, settings)
-    return Forgotten(fact_id, True)
+    return Forgotten(fact_id, True, len(quoting))
 
 
 def unforget(
     db: Database, settings: Settings, fact_id: int, caller: Caller, reason: str | None = None
 ) -> Forgotten:
-    """Undo a forget: the fact and the turns it came from are recalled again."""
+    """Undo a forget: the fact, the turns it came from and the exchanges that quoted it are recalled
+    again."""
     why = f"{caller.door}: {(reason or '').strip() or 'asked by the owner'}"
     if not db.run(facts.unforget, fact_id, why):
         raise ControlError(f"no forgotten fact {fact_id}")
@@ -405,7 +413,7 @@ class Pinned:
         return f"pinned ({len(self.pins)}/{PIN_LIMIT}){gone}"
 
 
-def pin(db: Database, text: str, label: str | None = None) -> Pinned:
+def pin(db: Database, settings: Settings, text: str, label: str | None = None) -> Pinned:
     """Pin an item to working memory, always in context; past 10 the oldest drops out (seed 002)."""
     text, label = _text(text), _label(label)
 
@@ -416,16 +424,19 @@ def pin(db: Database, text: str, label: str | None = None) -> Pinned:
         dropped = [{"label": p["label"], "text": p["text"]} for p in before if p["id"] not in kept]
         return Pinned(_pin_rows(after), dropped)
 
-    return db.run(add)
+    pinned = db.run(add)
+    _publish_pins(db, settings)
+    return pinned
 
 
-def unpin(db: Database, position: int) -> dict:
+def unpin(db: Database, settings: Settings, position: int) -> dict:
     """Unpin the item at a 1-based position, as `pins` lists them."""
     if isinstance(position, bool) or not isinstance(position, int):
         raise ControlError("the position must be a whole number")
     removed = db.run(session.remove_pin, position)
     if removed is None:
         raise ControlError(f"no pin at position {position}")
+    _publish_pins(db, settings)
     return {"position": position, "label": removed["label"], "text": removed["text"]}
 
 
@@ -433,9 +444,19 @@ def pins(db: Database) -> list[dict]:
     return _pin_rows(db.run(session.pins))
 
 
-def clear_pins(db: Database) -> list[dict]:
+def clear_pins(db: Database, settings: Settings) -> list[dict]:
     """Unpin everything; returns what was pinned."""
-    return _pin_rows(db.run(session.clear_pins))
+    cleared = _pin_rows(db.run(session.clear_pins))
+    _publish_pins(db, settings)
+    return cleared
+
+
+def _publish_pins(db: Database, settings: Settings) -> None:
+    """BOOTSTRAP.md lists the pins: a pin changed or unpinned must show there now, as a forget does
+    (`_publish_now`), not at the next run; a file not yet written stays unwritten."""
+    result = boot.write_boot_context(db, settings) if settings.paths.bootstrap.is_file() else None
+    if result is not None and result.error:
+        log.warning(result.error)
 
 
 # -- views ---------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ message created, and so on until nothing more is pulled in.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -70,9 +69,6 @@ class Plan:
     # Turn retention: only the verbatim turns go; facts, update links and the rest of derived memory
     # stay, citing them by id (erased-source ids).
     keeps_derived: bool = False
-
-    def texts_sha256(self) -> str:
-        return hashlib.sha256("\x00".join(sorted(self.texts)).encode()).hexdigest()
 
 
 def unknown_ids(con, bus_ids: list[int], session_ids: list[int]) -> list[str]:
@@ -138,9 +134,9 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
             | notes
         )
         said = _said(con, sorted(bus), sorted(turns))
-        facts = _facts(con, sorted(turns), _quotes(said), needle)
-        quotes = _quotes(said + list(facts.values()))
-        grown = bus | _firings(con, sorted(bus)) | _quoting_replies(con, sorted(turns), quotes)
+        facts = _facts(con, sorted(turns), quotes(said), needle)
+        quoted = quotes(said + list(facts.values()))
+        grown = bus | _firings(con, sorted(bus)) | quoting_replies(con, sorted(turns), quoted)
         if grown == bus:
             break
         bus = grown
@@ -157,7 +153,7 @@ def plan(con, bus_ids: list[int], note_ids: list[int], needle: str | None = None
             p,
         )
     )
-    p["pins"] = sorted(set(quotes) | ({_fold(needle)} if needle else set()))
+    p["pins"] = sorted(set(quoted) | ({_fold(needle)} if needle else set()))
     texts = [
         r[0]
         for r in con.execute(
@@ -260,12 +256,12 @@ def _fold(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _quotes(texts: list[str]) -> list[str]:
+def quotes(texts: list[str]) -> list[str]:
     """What holding is quoting an erased text: the starts of those long enough, folded."""
     return sorted({t[:COPIED_CHARS] for t in map(_fold, texts) if len(t) >= QUOTE_CHARS})
 
 
-def _facts(con, turns: list[int], quotes: list[str], needle: str | None) -> dict[int, str]:
+def _facts(con, turns: list[int], quoted: list[str], needle: str | None) -> dict[int, str]:
     """The facts that go, with their texts: drawn only from erased turns, or holding the --matching
     text or quoting an erased message (a harvested fact quotes both the request and the result:
     keeping it because one of them is left would keep the erased one's words)."""
@@ -277,7 +273,7 @@ def _facts(con, turns: list[int], quotes: list[str], needle: str | None) -> dict
                OR contains(lower(text), $needle)
                OR len(list_filter($quotes::VARCHAR[], lambda q: contains({_FOLDED.format("text")}, q))) > 0
             """,
-            {"turns": turns, "needle": needle.lower() if needle else None, "quotes": quotes},
+            {"turns": turns, "needle": needle.lower() if needle else None, "quotes": quoted},
         ).fetchall()
     )
 
@@ -311,7 +307,7 @@ def _firings(con, bus: list[int]) -> set[int]:
     )
 
 
-def _quoting_replies(con, turns: list[int], quotes: list[str]) -> set[int]:
+def quoting_replies(con, turns: list[int], quotes: list[str]) -> set[int]:
     """Messages whose reply cites an erased turn (`msg N`) or quotes an erased text or fact."""
     return _set(
         con,
@@ -411,7 +407,8 @@ _DERIVED_OF_TURNS = frozenset({"facts_trimmed", "statement_updates"})
 
 def delete(con, plan: Plan, selector: str) -> int:
     """Delete the plan's rows from every table in the caller's transaction and record the erasure
-    (ids, counts, a hash of the texts); fills plan.counts and returns the erasure's id."""
+    (ids and counts: no hash of the texts either, as a short one, a PIN, is found again by trying
+    them all); fills plan.counts and returns the erasure's id."""
     lists = {"bus": plan.bus_ids, "turns": plan.session_ids, "facts": plan.facts, **plan.ids}
     for name, sql in _DELETES:
         if plan.keeps_derived and name in _DERIVED_OF_TURNS:
@@ -421,9 +418,9 @@ def delete(con, plan: Plan, selector: str) -> int:
     if not plan.keeps_derived:
         plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
     return con.execute(
-        "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts, texts_sha256) "
-        "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-        [utcnow(), selector, plan.bus_ids, plan.session_ids, json.dumps(plan.counts), plan.texts_sha256()],
+        "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts) VALUES (?, ?, ?, ?, ?) "
+        "RETURNING id",
+        [utcnow(), selector, plan.bus_ids, plan.session_ids, json.dumps(plan.counts)],
     ).fetchone()[0]
 
 
@@ -453,7 +450,7 @@ def fact_sources(con, fact_ids: list[int]) -> list[tuple[int, list[int]]]:
 def recorded(con, erasure_id: int) -> dict | None:
     rows = dict_rows(
         con.execute(
-            "SELECT id, erased_at, selector, bus_ids, session_ids, counts, texts_sha256, finished_at "
+            "SELECT id, erased_at, selector, bus_ids, session_ids, counts, finished_at "
             "FROM erasures WHERE id = ?",
             [erasure_id],
         )

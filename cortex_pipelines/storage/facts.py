@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from cortex_pipelines.storage import session, summaries
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.erasure import quotes, quoting_replies
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
 
@@ -172,25 +173,48 @@ def update(con, fact_id: int, importance: float | None, categories: list[str] | 
     return row is not None
 
 
-def forget(con, fact_id: int, reason: str) -> bool:
-    """The fact stops being used, and so do the turns it came from: recall, the conversation the
-    model reads (session.NOT_FORGOTTEN) and the summaries written from them."""
+def forget(con, fact_id: int, reason: str) -> list[int] | None:
+    """The fact stops being used, and so do the turns it came from and the exchanges elsewhere whose
+    reply quoted them or it: recall, the conversation the model reads (session.NOT_FORGOTTEN) and
+    the summaries written from them. Returns the messages of those exchanges; None: no active fact."""
     row = con.execute(
-        "UPDATE facts SET status = 'forgotten', updated_at = ? WHERE id = ? AND status = 'active' "
-        "RETURNING sources",
-        [utcnow(), fact_id],
+        "SELECT text, sources, origin FROM facts WHERE id = ? AND status = 'active'", [fact_id]
     ).fetchone()
-    if row:
-        _audit(con, fact_id, "forgotten", reason=reason)
-        summaries.drop_for_turns(con, list(row[0] or []))
-    return row is not None
+    if row is None:
+        return None
+    text, sources, origin = row[0], list(row[1] or []), row[2]
+    messages, turns = _quoting_exchanges(con, text, [] if origin == "observation" else sources)
+    con.execute(
+        "UPDATE facts SET status = 'forgotten', quoted_in = ?, updated_at = ? WHERE id = ?",
+        [turns, utcnow(), fact_id],
+    )
+    _audit(con, fact_id, "forgotten", reason=reason, quoting_messages=messages)
+    summaries.drop_for_turns(con, sources + turns)
+    return messages
+
+
+def _quoting_exchanges(con, text: str, sources: list[int]) -> tuple[list[int], list[int]]:
+    """The exchanges elsewhere whose reply cites (`msg N`) or quotes the fact, its source turns or
+    an exchange so found, by erasure's rule (a reply that repeated the fact tells it again): their
+    messages and their turns. Decided once, here, so that no read scans every reply."""
+    hidden = session.exchanges_of(con, sources, [])
+    said = [text] + [t["content"] for t in hidden if t["role"] == "user"]
+    messages: set[int] = set()
+    while more := quoting_replies(con, [t["id"] for t in hidden], quotes(said)):
+        messages |= more
+        found = session.exchanges_of(con, [], sorted(more))
+        hidden += found
+        said += [t["content"] for t in found if t["role"] == "user"]
+    turns = {t["id"] for t in hidden if t["bus_id"] in messages}
+    return sorted(messages), sorted(turns)
 
 
 def unforget(con, fact_id: int, reason: str) -> bool:
-    """Undo a forget: the fact is active again, and so are the turns it came from."""
+    """Undo a forget: the fact is active again, and so are the turns it came from and the exchanges
+    that quoted it."""
     row = con.execute(
-        "UPDATE facts SET status = 'active', updated_at = ? WHERE id = ? AND status = 'forgotten' "
-        "RETURNING id",
+        "UPDATE facts SET status = 'active', quoted_in = NULL, updated_at = ? "
+        "WHERE id = ? AND status = 'forgotten' RETURNING id",
         [utcnow(), fact_id],
     ).fetchone()
     if row:

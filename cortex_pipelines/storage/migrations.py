@@ -364,6 +364,16 @@ V11 = [
     "UPDATE llm_usage SET cache_creation_input_tokens = 0, cache_read_input_tokens = 0",
 ]
 
+V12 = [
+    # A forgotten fact hides, besides the exchanges it came from, the exchanges elsewhere whose reply
+    # cited or quoted them or the fact (decided when it is forgotten, so reads stay cheap): their
+    # turns' ids. NULL while the fact is active, and for facts forgotten before this version.
+    "ALTER TABLE facts ADD COLUMN quoted_in BIGINT[]",
+    # An erasure's audit row kept a SHA-256 of the erased texts: a short one (a 4-digit PIN among
+    # the replies' words) was found again by hashing every candidate. Ids and counts stay.
+    "ALTER TABLE erasures DROP COLUMN texts_sha256",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -376,4 +386,5 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (9, V9),
     (10, V10),
     (11, V11),
+    (12, V12),
 ]

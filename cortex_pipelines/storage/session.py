@@ -107,16 +107,31 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
 
 
 # The turns of a session row's query the model may read: not the exchange (message and reply) of a
-# fact the user asked to forget, which it would otherwise answer from while it stays in view. An
-# observation ("usually active between 09:00 and 11:00") is a pattern over dozens of turns, not
-# what they said: forgetting it hid every one of them.
+# fact the user asked to forget, which it would otherwise answer from while it stays in view, nor an
+# exchange whose reply quoted it (facts.quoted_in, decided by `forget`). An observation ("usually
+# active between 09:00 and 11:00") is a pattern over dozens of turns, not what they said: forgetting
+# it hid every one of them.
 FORGOTTEN_TURNS = (
-    "SELECT unnest(sources) FROM facts WHERE status = 'forgotten' AND origin IS DISTINCT FROM 'observation'"
+    "SELECT unnest(list_concat(CASE WHEN origin IS DISTINCT FROM 'observation' THEN sources END, quoted_in)) "
+    "FROM facts WHERE status = 'forgotten'"
 )
 NOT_FORGOTTEN = (
     f"id NOT IN ({FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
     f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({FORGOTTEN_TURNS})))"
 )
+
+
+def exchanges_of(con, turn_ids: list[int], bus_ids: list[int]) -> list[dict]:
+    """Every turn of the exchanges (message and reply) that hold these turns or answer these
+    messages: what a forget hides together."""
+    return dict_rows(
+        con.execute(
+            "SELECT id, bus_id, role, content FROM session "
+            "WHERE list_contains($turns::BIGINT[], id) OR list_contains($bus::BIGINT[], bus_id) "
+            "OR bus_id IN (SELECT bus_id FROM session WHERE list_contains($turns::BIGINT[], id)) ORDER BY id",
+            {"turns": turn_ids, "bus": bus_ids},
+        )
+    )
 
 
 def conversation_history(con, conversation: str, limit: int, before_id: int | None = None) -> list[Turn]:

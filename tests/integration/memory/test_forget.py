@@ -186,3 +186,76 @@ def test_forgetting_an_observation_leaves_the_messages_it_was_seen_in(tmp_path):
     assert any("Zorbrak" in h["text"] for h in found), found
     observed = _json(cortex("recall", "usually active", "-k", "10", "--json", home=home))
     assert all(h.get("fact_id") != observation for h in observed)
+
+
+LOCKER_SAID = "Remember that my locker code is 4471-QX at the Alvalade gym."
+ASKED = "What is my locker code?"
+
+
+def _quoted_elsewhere(home) -> int:
+    """The locker fact, and an exchange elsewhere whose reply quotes it and cites its message
+    ("(… msg 1)"), as the offline brain answers; returns the fact's id."""
+    cortex("init", home=home)
+    cortex("send", "webchat", LOCKER_SAID, home=home)
+    cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", ASKED, home=home)
+    cortex("run", home=home)
+    reply = _json(cortex("outbox", "webchat", "--json", home=home))[-1]["text"]
+    assert "4471-QX" in reply and "msg " in reply, reply  # the premise: the reply quotes and cites it
+    found = _json(cortex("recall", "locker code", "-k", "5", "--json", home=home))
+    return next(h["fact_id"] for h in found if "4471-QX" in h["text"] and h.get("fact_id"))
+
+
+@pytest.mark.slow
+def test_forget_also_hides_a_reply_elsewhere_that_quoted_the_fact_and_unforget_brings_it_back(tmp_path):
+    """A reply that quoted the forgotten fact, or cited the message it came from, told it again from
+    hot-snapshot.md, narrative.md and BOOTSTRAP.md. `forget` says it hides that exchange too, every
+    published file and recall then leave it out, and `unforget` brings it back."""
+    home = tmp_path / "home"
+    fact_id = _quoted_elsewhere(home)
+    cortex("--now", "+5h", "run", home=home)  # idle: compaction writes the hot snapshot
+    out = home / "out"
+    files = [out / "hot-snapshot.md", out / "narrative.md", out / "BOOTSTRAP.md"]
+    assert "4471-QX" in (out / "hot-snapshot.md").read_text()
+
+    said = cortex("--now", "+5h", "forget", str(fact_id), home=home).stdout
+    assert said.strip() == f"forgot fact {fact_id}; also hidden: 1 exchange that quoted it"
+    for path in files:
+        text = path.read_text()
+        assert "4471-QX" not in text and ASKED not in text, (path.name, text)
+    assert "window seats" in (out / "hot-snapshot.md").read_text()  # the rest of the chat stays
+    hits = _json(cortex("--now", "+5h", "recall", "what is my locker code", "-k", "10", "--json", home=home))
+    assert not [h for h in hits if "4471-QX" in h["text"] or ASKED in h["text"]], hits
+
+    assert cortex("--now", "+5h", "unforget", str(fact_id), home=home).stdout.strip() == (
+        f"fact {fact_id} is remembered again"
+    )
+    snapshot = (out / "hot-snapshot.md").read_text()
+    assert ASKED in snapshot and "Here's what I have" in snapshot, snapshot
+    assert ASKED in (out / "narrative.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_reply_that_quoted_a_forgotten_fact_leaves_the_conversation_and_the_next_compaction(tmp_path):
+    """The model read the reply that quoted the forgotten fact as part of the conversation, and the
+    next compaction wrote it into hot-snapshot.md again."""
+    home = tmp_path / "home"
+    fact_id = _quoted_elsewhere(home)
+    cortex("forget", str(fact_id), home=home)
+    with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
+        cortex("send", "webchat", "Which seat do I like?", home=home)
+        cortex("run", home=home, env=server.cortex_env())
+        (asked,) = [
+            r
+            for r in server.requests
+            if r.get("tools") and "Which seat do I like?" in json.dumps(r["messages"])
+        ]
+    said = json.dumps(asked)
+    assert "4471-QX" not in said and ASKED not in said, asked["messages"]
+    assert "window seats" in said  # the rest of the conversation stays
+
+    cortex("--now", "+5h", "run", home=home)  # the compaction after the forget
+    snapshot = (home / "out" / "hot-snapshot.md").read_text()
+    assert "4471-QX" not in snapshot and ASKED not in snapshot, snapshot
+    assert "Which seat do I like?" in snapshot

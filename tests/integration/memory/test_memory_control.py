@@ -256,7 +256,7 @@ def test_forget_and_unforget_move_the_fact_in_both_stores(door, settings, db):
 @pytest.mark.parametrize("door", DOORS)
 def test_pins_cap_at_ten_dropping_the_oldest_and_clear_empties_them(door, settings, db):
     for n in range(1, 11):
-        control.pin(db, f"pinned item {n}")
+        control.pin(db, settings, f"pinned item {n}")
     answer = through(
         door,
         settings,
@@ -313,6 +313,24 @@ DEDUPE = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("door", DOORS)
+def test_a_pin_change_shows_in_bootstrap_md_at_once(door, settings, db):
+    """BOOTSTRAP.md lists the pins, and other agents read it: an unpinned item stayed there, and a
+    new pin stayed out, until the next `cortex run`."""
+    cortex("run", home=settings.home)  # BOOTSTRAP.md is published
+    boot = settings.paths.bootstrap
+    for text in ("call the dentist on Friday", "buy oat milk"):
+        through(door, settings, db, Request(("pin", text), f"/pin {text}", "pin_add", {"text": text}))
+        assert f"- {text}" in boot.read_text()
+    through(door, settings, db, Request(("unpin", "1"), "/unpin 1", "pin_remove", {"position": 1}))
+    shown = boot.read_text()
+    assert "dentist" not in shown and "- buy oat milk" in shown, shown
+    through(door, settings, db, Request(("unpin", "--all"), "/unpin --all", "pin_clear", {}))
+    shown = boot.read_text()
+    assert "oat milk" not in shown and "- nothing pinned" in shown, shown
+
+
 @pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize("action", list(DEDUPE))
 def test_dedupe_reports_merges_or_drops_the_older_of_each_group(door, action, settings, db):
@@ -356,7 +374,7 @@ def test_dedupe_reports_merges_or_drops_the_older_of_each_group(door, action, se
 def test_stats_count_the_same_through_every_door(door, settings, db):
     _save(db, settings, LOCKER, categories=["fact", "goal"], importance=3)
     _save(db, settings, SISTER, categories=["identity"])
-    control.pin(db, "ship the release")
+    control.pin(db, settings, "ship the release")
     answer = through(door, settings, db, Request(("stats", "--json"), "/stats", "memory_stats", {}))
     found = control.stats(db, settings)
     if door == "admin":
