@@ -602,17 +602,42 @@ def edit(
     _print_json(asdict(edited)) if as_json else _say(edited.line())
 
 
+TurnOption = Annotated[
+    int | None, typer.Option("--turn", help="a message that produced no fact: its turn id (recall)")
+]
+
+
 @app.command()
-def forget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
-    """Forget a fact: kept for audit, never recalled again."""
+def forget(
+    fact_id: Annotated[int | None, typer.Argument()] = None,
+    turn: TurnOption = None,
+    reason: Annotated[str, typer.Option(help="why")] = "asked by the user",
+) -> None:
+    """Forget a fact (or, with --turn, a message that produced none): kept, never recalled again
+    until `cortex unforget`."""
+    if (fact_id is None) == (turn is None):
+        _fail("give a FACT_ID or --turn N")
     db, settings = _memory_db()
+    if turn is not None:
+        _say(_memory(control.forget_message, db, settings, turn, CLI, reason).line())
+        return
     _say(_memory(control.forget, db, settings, fact_id, CLI, reason).line())
 
 
 @app.command()
-def unforget(fact_id: int, reason: Annotated[str, typer.Option(help="why")] = "asked by the user") -> None:
-    """Undo a forget: the fact, and the messages it came from, are recalled again."""
+def unforget(
+    fact_id: Annotated[int | None, typer.Argument()] = None,
+    turn: TurnOption = None,
+    reason: Annotated[str, typer.Option(help="why")] = "asked by the user",
+) -> None:
+    """Undo a forget: the fact (or, with --turn, the message) and the messages it came from are
+    recalled again."""
+    if (fact_id is None) == (turn is None):
+        _fail("give a FACT_ID or --turn N")
     db, settings = _memory_db()
+    if turn is not None:
+        _say(_memory(control.unforget_message, db, settings, turn).line())
+        return
     _say(_memory(control.unforget, db, settings, fact_id, CLI, reason).line())
 
 

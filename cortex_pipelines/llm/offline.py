@@ -28,8 +28,8 @@ _DELEGATE = re.compile(
 _CANNOT_FORGET = (
     'I can\'t forget from a chat message without a model. Find it with `cortex recall "..."`: a fact '
     "(fact N) with `cortex forget FACT_ID` (or `/forget FACT_ID` in `cortex chat`; `cortex unforget` "
-    "undoes it), a message that is no fact (messages [N]) with `cortex erase --turn N`, which cannot "
-    "be undone."
+    "undoes it), a message that is no fact (messages [N]) with `cortex forget --turn N` (`cortex "
+    "unforget --turn N` undoes it), or for good with `cortex erase --turn N`, which cannot be undone."
 )
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
 # A stranger's words never become the owner's memory, so they are not promised that.

@@ -223,16 +223,18 @@ def edit(
 
 @dataclass
 class Forgotten:
-    fact_id: int
+    fact_id: int  # or, with `turn`, the message's turn id
     forgotten: bool  # False: remembered again
     also_hidden: int = 0  # forgotten: the exchanges elsewhere whose reply quoted it, hidden with it
+    turn: bool = False  # a message that produced no fact, not a fact
 
     def line(self) -> str:
+        what = f"message {self.fact_id}" if self.turn else f"fact {self.fact_id}"
         if not self.forgotten:
-            return f"fact {self.fact_id} is remembered again"
+            return f"{what} is remembered again"
         n = self.also_hidden
         quoted = f"; also hidden: {n} exchange{'s' * (n != 1)} that quoted it" if n else ""
-        return f"forgot fact {self.fact_id}{quoted}"
+        return f"forgot {what}{quoted}"
 
 
 def forget(
@@ -260,6 +262,31 @@ def unforget(
     _keep_in_step(db, settings)
     _publish_now(db, settings)
     return Forgotten(fact_id, False)
+
+
+def forget_message(
+    db: Database, settings: Settings, turn_id: int, caller: Caller, reason: str | None = None
+) -> Forgotten:
+    """Stop using a message of the owner's that produced no fact (its turn id, as recall cites it),
+    and the exchanges that quoted it: soft, undone by unforget_message. Erasure is for text that
+    must go for good."""
+    why = f"{caller.door}: {(reason or '').strip() or 'asked by the owner'}"
+    quoting = db.run(facts.forget_turn, turn_id, why)
+    if quoting is None:
+        raise ControlError(
+            f"no message {turn_id} of yours to forget (not one you sent, or forgotten already: "
+            "`cortex recall` cites yours)"
+        )
+    _publish_now(db, settings)
+    return Forgotten(turn_id, True, len(quoting), turn=True)
+
+
+def unforget_message(db: Database, settings: Settings, turn_id: int) -> Forgotten:
+    """Undo forget_message: the message and the exchanges that quoted it are used again."""
+    if not db.run(facts.unforget_turn, turn_id):
+        raise ControlError(f"no forgotten message {turn_id}")
+    _publish_now(db, settings)
+    return Forgotten(turn_id, False, turn=True)
 
 
 def _publish_now(db: Database, settings: Settings) -> None:

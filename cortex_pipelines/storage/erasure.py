@@ -365,6 +365,7 @@ _DERIVED = [
 # What `delete` runs, in order, with the plan's lists each statement reads.
 _DELETES = [
     ("turn_vectors", "DELETE FROM turn_vectors WHERE list_contains($turns::BIGINT[], session_id)"),
+    ("forgotten_turns", "DELETE FROM forgotten_turns WHERE list_contains($turns::BIGINT[], session_id)"),
     ("fact_events", "DELETE FROM fact_events WHERE list_contains($facts::BIGINT[], fact_id)"),
     ("facts", "DELETE FROM facts WHERE list_contains($facts::BIGINT[], id)"),
     (
@@ -401,8 +402,8 @@ _DELETES = [
 
 
 # What turn retention keeps although it names the turns: a fact's sources and the update links
-# stay as erased-source ids.
-_DERIVED_OF_TURNS = frozenset({"facts_trimmed", "statement_updates"})
+# stay as erased-source ids, and a forgotten message's row, which still hides the replies quoting it.
+_DERIVED_OF_TURNS = frozenset({"facts_trimmed", "statement_updates", "forgotten_turns"})
 
 
 def delete(con, plan: Plan, selector: str) -> int:

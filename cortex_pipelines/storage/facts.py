@@ -209,6 +209,36 @@ def _quoting_exchanges(con, text: str, sources: list[int]) -> tuple[list[int], l
     return sorted(messages), sorted(turns)
 
 
+def forget_turn(con, session_id: int, reason: str) -> list[int] | None:
+    """A message of the owner's that produced no fact is forgotten as a fact is: its exchange and
+    the exchanges elsewhere that quoted it stop being used. Returns the messages of those; None:
+    no such message of the user's, or it is forgotten already."""
+    row = con.execute(
+        "SELECT content FROM session WHERE id = ? AND role = 'user' "
+        "AND id NOT IN (SELECT session_id FROM forgotten_turns)",
+        [session_id],
+    ).fetchone()
+    if row is None:
+        return None
+    messages, turns = _quoting_exchanges(con, row[0], [session_id])
+    con.execute(
+        "INSERT INTO forgotten_turns (session_id, quoted_in, reason, forgotten_at) VALUES (?, ?, ?, ?)",
+        [session_id, turns, reason, utcnow()],
+    )
+    summaries.drop_for_turns(con, [session_id, *turns])
+    return messages
+
+
+def unforget_turn(con, session_id: int) -> bool:
+    """Undo forget_turn: the message and the exchanges that quoted it are used again."""
+    return (
+        con.execute(
+            "DELETE FROM forgotten_turns WHERE session_id = ? RETURNING session_id", [session_id]
+        ).fetchone()
+        is not None
+    )
+
+
 def unforget(con, fact_id: int, reason: str) -> bool:
     """Undo a forget: the fact is active again, and so are the turns it came from and the exchanges
     that quoted it."""

@@ -374,6 +374,17 @@ V12 = [
     "ALTER TABLE erasures DROP COLUMN texts_sha256",
 ]
 
+V13 = [
+    # A message that produced no fact can be forgotten too (soft, until unforget): the turn, with
+    # the exchanges whose reply quoted it, as a forgotten fact's.
+    """CREATE TABLE forgotten_turns (
+        session_id BIGINT PRIMARY KEY,
+        quoted_in BIGINT[] NOT NULL,
+        reason VARCHAR NOT NULL,
+        forgotten_at TIMESTAMP NOT NULL
+    )""",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -387,4 +398,5 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (10, V10),
     (11, V11),
     (12, V12),
+    (13, V13),
 ]

@@ -108,12 +108,14 @@ def import_history(con, rows: list[dict], source: str) -> EnqueueResult:
 
 # The turns of a session row's query the model may read: not the exchange (message and reply) of a
 # fact the user asked to forget, which it would otherwise answer from while it stays in view, nor an
-# exchange whose reply quoted it (facts.quoted_in, decided by `forget`). An observation ("usually
+# exchange whose reply quoted it (facts.quoted_in, decided by `forget`), nor a message forgotten
+# itself (forgotten_turns) and the exchanges that quoted it. An observation ("usually
 # active between 09:00 and 11:00") is a pattern over dozens of turns, not what they said: forgetting
 # it hid every one of them.
 FORGOTTEN_TURNS = (
     "SELECT unnest(list_concat(CASE WHEN origin IS DISTINCT FROM 'observation' THEN sources END, quoted_in)) "
-    "FROM facts WHERE status = 'forgotten'"
+    "FROM facts WHERE status = 'forgotten' "
+    "UNION ALL SELECT unnest(list_prepend(session_id, quoted_in)) FROM forgotten_turns"
 )
 NOT_FORGOTTEN = (
     f"id NOT IN ({FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "

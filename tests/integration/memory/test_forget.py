@@ -94,7 +94,8 @@ def test_asking_the_offline_brain_to_forget_says_how_and_is_never_a_memory(tmp_p
     cortex("send", "webchat", "Please forget that my sister lives in Vienna.", home=home)
     cortex("run", home=home)
     reply = _json(cortex("outbox", "--json", home=home))[-1]["text"]
-    assert "cortex forget FACT_ID" in reply and "cortex erase --turn N" in reply, reply
+    assert "cortex forget FACT_ID" in reply and "cortex forget --turn N" in reply, reply
+    assert "cortex erase --turn N" in reply, reply
     hits = _json(cortex("recall", "Where does my sister live?", "-k", "5", "--json", home=home))
     assert hits and not [h for h in hits if "forget" in h["text"].lower()], hits
     stats = _json(cortex("recent", "--json", home=home))
@@ -259,3 +260,37 @@ def test_a_reply_that_quoted_a_forgotten_fact_leaves_the_conversation_and_the_ne
     snapshot = (home / "out" / "hot-snapshot.md").read_text()
     assert "4471-QX" not in snapshot and ASKED not in snapshot, snapshot
     assert "Which seat do I like?" in snapshot
+
+
+@pytest.mark.slow
+def test_a_message_that_produced_no_fact_can_be_forgotten_and_remembered_again(tmp_path):
+    """A message no fact was drawn from could only be erased, for good: `cortex forget --turn N`
+    forgets it softly, with the exchange whose reply quoted it, until `cortex unforget --turn N`."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "The gate code for the bike shed is 7718-KW.", home=home)
+    cortex("send", "webchat", "I prefer window seats.", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "What's the code for the bike shed gate?", home=home)
+    cortex("run", home=home)
+    found = _json(cortex("recall", "bike shed gate", "--json", home=home))
+    (hit,) = [h for h in found if "7718-KW" in h["text"]]
+    assert "fact_id" not in hit  # the premise: no fact holds it, so `cortex forget FACT_ID` cannot
+    turn = hit["sources"][0]
+
+    said = cortex("--now", "+5h", "forget", "--turn", str(turn), home=home).stdout.strip()
+    assert said == f"forgot message {turn}; also hidden: 1 exchange that quoted it"
+    hits = _json(cortex("--now", "+5h", "recall", "bike shed gate code", "-k", "10", "--json", home=home))
+    assert not [h for h in hits if "7718-KW" in h["text"]], hits
+    cortex("--now", "+5h", "run", home=home)  # compaction and the published files, after the forget
+    for path in (home / "out").glob("*.md"):
+        assert "7718-KW" not in path.read_text(), path.name
+    again = cortex("forget", "--turn", str(turn), home=home, check=False)
+    assert again.returncode == 2 and "forgotten already" in again.stderr
+    both = cortex("forget", "1", "--turn", str(turn), home=home, check=False)
+    assert both.returncode == 2 and "give a FACT_ID or --turn N" in both.stderr
+
+    back = cortex("--now", "+5h", "unforget", "--turn", str(turn), home=home).stdout.strip()
+    assert back == f"message {turn} is remembered again"
+    hits = _json(cortex("--now", "+5h", "recall", "bike shed gate code", "--json", home=home))
+    assert any("7718-KW" in h["text"] for h in hits), hits
+    assert cortex("unforget", "--turn", str(turn), home=home, check=False).returncode == 2
