@@ -35,6 +35,13 @@ os.environ.setdefault("LANCE_LOG", "error")
 # clock tick: its timestamp can stand for its version (file times move in ticks of a few ms).
 QUIET_VERSIONS_NS = 1_000_000_000
 
+# LanceDB's compaction rewrites every fragment under a million rows: folding one run's few rows into
+# a table of 126,000 rewrote all 200 MB of it, and the old copy stayed for LanceDB's default week
+# (the home grew 191 MB per `cortex run` at 60,000 messages). So upkeep compacts once this many small
+# fragments have gathered (an append adds one and copies nothing), and keeps older versions an hour.
+COMPACT_AT_FRAGMENTS = 16
+KEEP_VERSIONS = timedelta(hours=1)
+
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
 
@@ -335,10 +342,18 @@ class VectorStore:
         return len(gone)
 
     @_retry_commit
-    def optimize(self, name: str) -> None:
-        """Compact fragments and fold new rows into the indexes (scheduled, not per write)."""
-        if self.exists(name):
-            self.table(name).optimize()
+    def optimize(self, name: str) -> bool:
+        """Compact fragments, fold new rows into the indexes and remove versions over KEEP_VERSIONS
+        old, once COMPACT_AT_FRAGMENTS small fragments have gathered (scheduled, not per write);
+        whether it did. Meanwhile a search reads the new rows unindexed, and recall reads its
+        snapshot, not the fragments."""
+        if not self.exists(name):
+            return False
+        table = self.table(name)
+        if table.stats()["fragment_stats"]["num_small_fragments"] < COMPACT_AT_FRAGMENTS:
+            return False
+        table.optimize(cleanup_older_than=KEEP_VERSIONS)
+        return True
 
 
 def _id_list(ids: Iterable[int]) -> str:
