@@ -263,15 +263,18 @@ def quotes(texts: list[str]) -> list[str]:
 
 def _facts(con, turns: list[int], quoted: list[str], needle: str | None) -> dict[int, str]:
     """The facts that go, with their texts: drawn only from erased turns, or holding the --matching
-    text or quoting an erased message (a harvested fact quotes both the request and the result:
-    keeping it because one of them is left would keep the erased one's words)."""
+    text, or drawn from an erased turn among others and quoting an erased message (a harvested fact
+    quotes both the request and the result: keeping it because one of them is left would keep the
+    erased one's words). A fact of the owner's own words is not drawn from an erased stranger's
+    message that said the same: it stays."""
     return dict(
         con.execute(
             f"""
             SELECT id, text FROM facts
             WHERE (len(sources) > 0 AND list_has_all($turns::BIGINT[], sources))
                OR contains(lower(text), $needle)
-               OR len(list_filter($quotes::VARCHAR[], lambda q: contains({_FOLDED.format("text")}, q))) > 0
+               OR (list_has_any(sources, $turns::BIGINT[]) AND len(list_filter($quotes::VARCHAR[],
+                       lambda q: contains({_FOLDED.format("text")}, q))) > 0)
             """,
             {"turns": turns, "needle": needle.lower() if needle else None, "quotes": quoted},
         ).fetchall()
@@ -308,16 +311,19 @@ def _firings(con, bus: list[int]) -> set[int]:
 
 
 def quoting_replies(con, turns: list[int], quotes: list[str]) -> set[int]:
-    """Messages whose reply cites an erased turn (`msg N`) or quotes an erased text or fact."""
+    """Messages whose reply cites an erased turn (`msg N`) or quotes an erased text or fact that
+    the message itself does not say: a reply repeating its own question's words quotes the owner,
+    who may have said what an erased stranger said."""
     return _set(
         con,
         f"""
-        SELECT bus_id FROM session
-        WHERE role = 'assistant' AND bus_id IS NOT NULL AND NOT list_contains($turns::BIGINT[], id)
+        SELECT r.bus_id FROM session r LEFT JOIN session m ON m.bus_id = r.bus_id AND m.role = 'user'
+        WHERE r.role = 'assistant' AND r.bus_id IS NOT NULL AND NOT list_contains($turns::BIGINT[], r.id)
           AND (list_has_any($turns::BIGINT[],
-                   list_transform(regexp_extract_all(content, 'msg ([0-9]+)', 1), lambda x: x::BIGINT))
+                   list_transform(regexp_extract_all(r.content, 'msg ([0-9]+)', 1), lambda x: x::BIGINT))
                OR len(list_filter($quotes::VARCHAR[],
-                      lambda q: contains({_FOLDED.format("content")}, q))) > 0)
+                      lambda q: contains({_FOLDED.format("r.content")}, q)
+                                AND NOT contains(coalesce({_FOLDED.format("m.content")}, ''), q))) > 0)
         """,
         {"turns": turns, "quotes": quotes},
     )

@@ -289,3 +289,34 @@ def test_the_listing_names_the_pins_that_erase_deletes(tmp_path: Path) -> None:
     assert done["counts"]["pins"] == 1
     left = json.loads(cortex("pins", "--json", home=home).stdout)
     assert [p["text"] for p in left] == ["I prefer window seats"]
+
+
+def test_erasing_a_stranger_keeps_the_owners_facts_and_messages_that_say_the_same(tmp_path: Path) -> None:
+    """Erasing another sender's messages deleted the owner's facts with the same words (a third of
+    them, erasing one group member of two years' history), though the owner's words are never
+    drawn from a stranger's: only the stranger's messages and what came from them go."""
+    home = tmp_path / "home"
+    said = [
+        ("user", "We decided to get a dog walker for Bruno.", "2026-11-01T10:00:00Z"),
+        ("anna", "we decided to get a dog walker for Bruno", "2026-11-01T10:05:00Z"),
+        ("user", "I really love pho.", "2026-11-02T09:00:00Z"),
+        ("anna", "I really love pho.", "2026-11-03T10:00:00Z"),
+    ]
+    history = tmp_path / "group.jsonl"
+    history.write_text(
+        "".join(
+            json.dumps({"channel": "telegram", "sender": who, "text": text, "timestamp": at}) + "\n"
+            for who, text, at in said
+        )
+    )
+    cortex("ingest", str(history), "--history", home=home)
+    cortex("run", home=home)
+    facts_before = read_only(home, "SELECT text FROM facts WHERE status = 'active' ORDER BY text")
+    assert {"We decided to get a dog walker for Bruno.", "I really love pho."} <= {f[0] for f in facts_before}
+
+    done = json.loads(cortex("erase", "--sender", "telegram:anna", "--yes", "--json", home=home).stdout)
+    assert {m["sender"] for m in done["messages"]} == {"anna"}, done["messages"]
+    assert done["facts"] == []
+    assert read_only(home, "SELECT text FROM facts WHERE status = 'active' ORDER BY text") == facts_before
+    kept = read_only(home, "SELECT sender, content FROM session WHERE role = 'user' ORDER BY id")
+    assert kept == [("user", "We decided to get a dog walker for Bruno."), ("user", "I really love pho.")]
