@@ -29,21 +29,18 @@ from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMRespon
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import tail
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
-from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
-from cortex_pipelines.memory.recall_config import preset
-from cortex_pipelines.memory.updates import announces_change, subject_of, superseded_statement
+from cortex_pipelines.memory.superseding import link_update
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
 from cortex_pipelines.publish.safe import one_line, redact_secrets
-from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors, updates
+from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.checkpoints import record_checkpoint
 from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
-from cortex_pipelines.text import never_an_answer
 
 log = logging.getLogger(__name__)
 
@@ -300,69 +297,18 @@ class Brain:
         return [h for h in hits if h.fact_id is not None or owner_said(h.channel or "", h.sender)]
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:
-        """Knowledge updates, at write time so the next message sees them: an owner statement that
-        announces a change supersedes the earlier statement it is about (memory/updates.py), and
-        facts drawn only from superseded statements stop being current. Costs one recall, one scan
-        of the user's turns by the attribute's words (about 50 ms at 100,000 turns) and one small
-        encode, only for the few turns that announce a change."""
-        if not speaks_for_owner(self.settings, msg) or not announces_change(msg.text):
+        """Knowledge updates, at write time so the next message sees them (memory/superseding.py)."""
+        if not speaks_for_owner(self.settings, msg):
             return
-        config = preset(self.settings.recall_preset)
         try:
-            embedder = self.embedder or embedder_for(self.settings)
-            found = recall(
-                self.db,
-                self.settings,
-                subject_of(msg.text),
-                k=config.update_candidates,
-                exclude_sources={session_id},
-            )
-            found += self._statements_naming_the_same(
-                msg.text, session_id, found, config.update_attribute_candidates
-            )
-            old = superseded_statement(
-                msg.text,
-                session_id,
-                found,
-                self.settings.is_owner,
-                embedder.encode_few,
-                config.update_min_cosine,
-                config.update_same_attribute_min_cosine,
+            said = link_update(
+                self.db, self.settings, self.embedder or embedder_for(self.settings), msg.text, session_id
             )
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id}: updates not checked ({exc})")
             return
-        if old is None:
-            return
-        old_ids, cosine = old
-
-        def link(con):
-            for old_id in old_ids:
-                updates.record(con, old_id, session_id, cosine)
-            return updates.close_outdated_facts(con)
-
-        closed = self.db.run(link)
-        self.log(
-            f"message {msg.id} updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
-        )
-
-    def _statements_naming_the_same(
-        self, text: str, session_id: int, found: list[Hit], limit: int
-    ) -> list[Hit]:
-        """The earlier statements that name an attribute the change names ("policy" and "car
-        insurance": insurance), most recent first, that recall did not find: recall searches by the
-        change's words and meaning, and "We went with Admiral when the policy renewed" shares
-        neither with "Our car insurance is with Aviva" (cosine 0.24)."""
-        named = attributes_of(text)
-        if not named or not limit:
-            return []
-        rows = self.db.run(updates.earlier_statements_matching, session_id, naming_any(named), limit)
-        seen = {s for hit in found for s in hit.sources}
-        return [
-            Hit(r["text"], 0.0, "episodic", [r["id"]], r["channel"], r["at"], sender=r["sender"])
-            for r in rows
-            if r["id"] not in seen and not never_an_answer(r["text"]) and named & attributes_of(r["text"])
-        ]
+        if said:
+            self.log(f"message {msg.id} {said}")
 
     def _embed(self, msg: BusMessage) -> tuple[tuple[str, np.ndarray, np.ndarray] | None, np.ndarray | None]:
         """Write-through indexing: the turn's vectors as episodic indexing would store them, and

@@ -627,3 +627,49 @@ def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
         3,
         (7,),
     )
+
+
+@pytest.mark.slow
+def test_updates_in_imported_history_are_linked_and_answered_current_first(tmp_path):
+    """Past conversation imported with `cortex ingest --history` is never answered by the brain,
+    where updates were checked: two years of it answered "where do I live?" with every city the
+    user had named, and the bulletin kept the old home. Indexing links them, each turn once."""
+    home = tmp_path / "home"
+    said = [
+        ("I live in Lisbon, right by the river.", "2026-05-01"),
+        ("Had a great lunch today.", "2026-05-02"),
+        ("I work at Siemens in Munich.", "2026-05-03"),
+        ("I moved to Porto last week, the new flat is lovely.", "2026-06-01"),
+        ("Today was my first day at Bosch.", "2026-06-10"),
+    ]
+    history = tmp_path / "history.jsonl"
+    history.write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "user", "text": text, "timestamp": f"{day}T10:00Z"})
+            + "\n"
+            for text, day in said
+        )
+    )
+    cortex("ingest", str(history), "--history", home=home)
+    cortex("run", home=home)
+
+    home_hits = json.loads(cortex("recall", "where do I live?", "-k", "2", "--json", home=home).stdout)
+    assert "Porto" in home_hits[0]["text"] and "updated_by" in home_hits[1], home_hits
+    work_hits = json.loads(cortex("recall", "who is my employer?", "-k", "2", "--json", home=home).stdout)
+    assert "Bosch" in work_hits[0]["text"], work_hits
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "Porto" in bulletin and "Lisbon" not in bulletin and "Siemens" not in bulletin, bulletin
+
+    links = read_links(home)
+    cortex("doctor", "--repair-vectors", home=home)  # re-indexing checks nothing again
+    cortex("run", home=home)
+    assert read_links(home) == links
+
+
+def read_links(home) -> list[tuple[int, int]]:
+    con = duckdb.connect(str(home / "cortex.duckdb"), read_only=True)
+    try:
+        found = con.execute("SELECT old_session_id, new_session_id FROM statement_updates ORDER BY 1")
+        return found.fetchall()
+    finally:
+        con.close()
