@@ -33,7 +33,6 @@ from cortex_pipelines.memory.harvest import harvest_ops
 from cortex_pipelines.memory.maintenance import evict_to_cold, maintain
 from cortex_pipelines.memory.observations import observe
 from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes_for_recall
-from cortex_pipelines.memory.superseding import link_imported_updates
 from cortex_pipelines.resources import (
     DatabaseResource,
     EmbedderResource,
@@ -50,8 +49,7 @@ _common = {"group_name": "memory", "pool": MEMORY_POOL}
 @asset(
     deps=["session_messages"],
     kinds={"lancedb", "sentence-transformers"},
-    description="Every session message embedded into LanceDB (episodic memory), resumable by cursor; "
-    "then the knowledge updates in imported past conversation, which no brain answered, are linked.",
+    description="Every session message embedded into LanceDB (episodic memory), resumable by cursor.",
     # Turns are embedded as they are recorded; this is the backfill: new turns only.
     automation_condition=on_new_input(EVERY_6_HOURS),
     code_version="2",
@@ -64,12 +62,9 @@ def episodic_memory(
     vectors: VectorsResource,
     embedder: EmbedderResource,
 ) -> MaterializeResult:
-    db, store, model, config = database.get(), vectors.get(), embedder.get(), settings.get()
-    added = index_episodes_for_recall(db, store, model, config, log=context.log.info)
-    linked = link_imported_updates(db, config, model, log=context.log.info)
-    return MaterializeResult(
-        metadata={"indexed": added, "imported_updates_linked": linked, **cockpit.memory_sizes(db, store)}
-    )
+    db, store = database.get(), vectors.get()
+    added = index_episodes_for_recall(db, store, embedder.get(), settings.get(), log=context.log.info)
+    return MaterializeResult(metadata={"indexed": added, **cockpit.memory_sizes(db, store)})
 
 
 @asset(

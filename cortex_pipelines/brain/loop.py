@@ -10,6 +10,7 @@ No connection is held while the LLM thinks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from cortex_pipelines.memory.superseding import link_update
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import recover_interrupted_work
 from cortex_pipelines.publish.safe import one_line, redact_secrets
-from cortex_pipelines.storage import Database, bus, lease, outbox, turn_vectors
+from cortex_pipelines.storage import Database, bus, health, lease, outbox, turn_vectors
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.checkpoints import record_checkpoint
@@ -146,7 +147,18 @@ class Brain:
                 if msg is None:
                     break
                 report.processed += 1
-                self._process(msg, report)
+                try:
+                    self._process(msg, report)
+                except (OSError, duckdb.Error) as exc:
+                    self._note_death(msg, exc)
+                    raise
+
+    def _note_death(self, msg: BusMessage, exc: BaseException) -> None:
+        """The run ends on an error of the disk or the store; the message goes back to the queue, and
+        fails after its last attempt with this as the reason (best effort: the store may be what
+        failed)."""
+        with contextlib.suppress(OSError, duckdb.Error):
+            self.db.run(bus.died_with, msg.id, f"{type(exc).__name__}: {health.one_line(exc)}")
 
     def _startup_cleanup(self, report: DrainReport) -> None:
         def cleanup(con):
@@ -301,8 +313,9 @@ class Brain:
         if not speaks_for_owner(self.settings, msg):
             return
         try:
+            embedder = self.embedder or embedder_for(self.settings)
             said = link_update(
-                self.db, self.settings, self.embedder or embedder_for(self.settings), msg.text, session_id
+                self.db, self.settings, embedder, msg.text, session_id, (msg.channel, msg.sender)
             )
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id}: updates not checked ({exc})")

@@ -80,6 +80,12 @@ def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> 
     return EnqueueResult(ids, len(rows) - len(ids), per_source)
 
 
+def died_with(con, bus_id: int, error: str) -> None:
+    """Why the run is about to die on this message (a store's error, not the message's): the
+    failure after its last attempt says so, not only that runs died."""
+    con.execute("UPDATE bus SET error = ? WHERE id = ? AND state = 'processing'", [error, bus_id])
+
+
 def enqueue_one(con, row: dict, source: str) -> tuple[int, bool]:
     """Insert one validated row; (its bus id, False), or (the id of the message already there with
     its (channel, external_id), True)."""
@@ -144,6 +150,8 @@ def recover_interrupted(
     failed = con.execute(
         "UPDATE bus SET state = 'failed', finished_at = ?, started_at = NULL, "
         "error = 'interrupted: the processing run died on this message ' || attempts || ' time(s)' "
+        # what the run last saw go wrong, when it could say (died_with): a killed run says nothing
+        "|| CASE WHEN error NOT LIKE 'interrupted:%' THEN ' (last: ' || error || ')' ELSE '' END "
         "WHERE state = 'processing' AND attempts >= ? AND (?::TIMESTAMP IS NULL OR started_at < ?) "
         "RETURNING id",
         [utcnow(), max_attempts, started_before, started_before],

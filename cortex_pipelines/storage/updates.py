@@ -134,16 +134,3 @@ def earlier_statements_matching(con, before_id: int, pattern: str, limit: int) -
     )
     return dict_rows(cur)
 
-
-def imported_statements(con, after: int, upto: int) -> list[dict]:
-    """The user turns of past conversation imported with `--history` (never answered, so never
-    checked for updates as they came) with ids after `after` up to `upto`, oldest first."""
-    return dict_rows(
-        con.execute(
-            # completed without an attempt: stored as past conversation, never processed by the brain
-            "SELECT s.id, s.channel, s.sender, s.content AS text FROM session s "
-            "JOIN bus b ON b.id = s.bus_id WHERE s.role = 'user' AND s.id > ? AND s.id <= ? "
-            "AND b.state = 'completed' AND b.attempts = 0 ORDER BY s.id",
-            [after, upto],
-        )
-    )

@@ -20,6 +20,7 @@ from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database, bus
 from cortex_pipelines.storage.migrations import MIGRATIONS
+from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
 from tests.support.sensors import evaluate
 
@@ -139,3 +140,20 @@ def test_a_full_disk_keeps_the_last_good_files_and_publishes_once_space_is_back(
         materialize_all(settings, instance)  # space is back: the change is published, nothing lost
     after = published_bytes(settings)
     assert after["memory_bulletin"] != before["memory_bulletin"] and b"Really." in after["memory_bulletin"]
+
+
+def test_a_message_the_store_fails_on_fails_for_good_with_the_stores_error(tmp_path):
+    """A store's error ends the run (the next one takes the message again); after the last attempt
+    the message failed with only "the processing run died on this message 3 time(s)", hiding the
+    DuckDB error that killed each run, in `cortex retry` and the failed-messages check."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "hello there", home=home)
+    con = duckdb.connect(str(home / "cortex.duckdb"))
+    con.execute("DROP TABLE turn_vectors")  # where the brain records the turn's vectors
+    con.close()
+    for _ in range(3):
+        assert cortex("run", home=home, check=False).returncode == 1
+    cortex("run", home=home, check=False)  # its start-up fails the message that killed three runs
+    (failed,) = json.loads(cortex("retry", "--json", home=home).stdout)
+    assert failed["error"].startswith("interrupted: the processing run died on this message 3 time(s)")
+    assert "(last: CatalogException: Catalog Error: Table with name turn_vectors" in failed["error"]

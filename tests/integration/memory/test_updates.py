@@ -15,6 +15,7 @@ from bench.paraphrase import load_distractors, load_updates
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
+from cortex_pipelines.instance import init_home
 from cortex_pipelines.llm.anthropic_client import AnthropicClient
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.memory.embedder import embedder_for
@@ -32,7 +33,7 @@ from cortex_pipelines.memory.updates import (
     superseded_statement,
 )
 from cortex_pipelines.memory.vectors import vector_store
-from cortex_pipelines.storage import updates
+from cortex_pipelines.storage import Database, updates
 from cortex_pipelines.storage.facts import hot_for_floor
 from cortex_pipelines.turn import Turn
 from tests.support.cli import cortex
@@ -123,6 +124,41 @@ def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings,
     assert all(
         h.updated_by == hits[0].sources[0] for h in hits[1:] if "Lisbon" in h.text or "Porto" in h.text
     )
+
+
+def test_in_a_chat_of_two_owners_one_persons_change_supersedes_only_their_own_statement(tmp_path):
+    """Two owners in one chat (a couple, LoCoMo's speakers): Ben moving to Porto is not Ana moving,
+    and her "I live in Lisbon" stays current; her own move updates it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[owners]\nwebchat = ["ana", "ben"]\n')
+    settings = load_settings(home)
+    init_home(settings)
+    db = Database(settings.paths.db)
+    said = [
+        ("ana", "I live in Lisbon, right by the river.", "2026-01-05T09:00:00Z"),
+        ("ben", "I moved to Porto last week, the new flat is lovely.", "2026-03-05T09:00:00Z"),
+    ]
+    for n, (who, text, at) in enumerate(said):
+        drop(
+            settings,
+            "webchat",
+            f"{n}.json",
+            {**msg("webchat", text, f"said-{n}", timestamp=at), "sender": who},
+        )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    assert db.query("SELECT count(*) FROM statement_updates") == [(0,)]
+
+    drop(
+        settings,
+        "webchat",
+        "2.json",
+        {**msg("webchat", "I moved to Porto too, next door to Ben.", "said-2"), "sender": "ana"},
+    )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    assert db.query("SELECT old_session_id FROM statement_updates") == [(1,)]
 
 
 def test_an_update_the_write_time_check_missed_is_answered_first_when_one_question_finds_both(settings, db):
@@ -627,49 +663,3 @@ def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
         3,
         (7,),
     )
-
-
-@pytest.mark.slow
-def test_updates_in_imported_history_are_linked_and_answered_current_first(tmp_path):
-    """Past conversation imported with `cortex ingest --history` is never answered by the brain,
-    where updates were checked: two years of it answered "where do I live?" with every city the
-    user had named, and the bulletin kept the old home. Indexing links them, each turn once."""
-    home = tmp_path / "home"
-    said = [
-        ("I live in Lisbon, right by the river.", "2026-05-01"),
-        ("Had a great lunch today.", "2026-05-02"),
-        ("I work at Siemens in Munich.", "2026-05-03"),
-        ("I moved to Porto last week, the new flat is lovely.", "2026-06-01"),
-        ("Today was my first day at Bosch.", "2026-06-10"),
-    ]
-    history = tmp_path / "history.jsonl"
-    history.write_text(
-        "".join(
-            json.dumps({"channel": "webchat", "sender": "user", "text": text, "timestamp": f"{day}T10:00Z"})
-            + "\n"
-            for text, day in said
-        )
-    )
-    cortex("ingest", str(history), "--history", home=home)
-    cortex("run", home=home)
-
-    home_hits = json.loads(cortex("recall", "where do I live?", "-k", "2", "--json", home=home).stdout)
-    assert "Porto" in home_hits[0]["text"] and "updated_by" in home_hits[1], home_hits
-    work_hits = json.loads(cortex("recall", "who is my employer?", "-k", "2", "--json", home=home).stdout)
-    assert "Bosch" in work_hits[0]["text"], work_hits
-    bulletin = (home / "out" / "memory_bulletin.md").read_text()
-    assert "Porto" in bulletin and "Lisbon" not in bulletin and "Siemens" not in bulletin, bulletin
-
-    links = read_links(home)
-    cortex("doctor", "--repair-vectors", home=home)  # re-indexing checks nothing again
-    cortex("run", home=home)
-    assert read_links(home) == links
-
-
-def read_links(home) -> list[tuple[int, int]]:
-    con = duckdb.connect(str(home / "cortex.duckdb"), read_only=True)
-    try:
-        found = con.execute("SELECT old_session_id, new_session_id FROM statement_updates ORDER BY 1")
-        return found.fetchall()
-    finally:
-        con.close()
