@@ -17,7 +17,8 @@ from cortex_pipelines.sensors.processing import request_processing
     # evaluations tick (with 5, one that comes a moment early is skipped, and the next is 10 s later).
     minimum_interval_seconds=1,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Moves inbox files into the DuckDB bus and requests a processing run when messages wait.",
+    description="Moves inbox files into the DuckDB bus and requests a processing run when messages wait; "
+    "ticks with the daemon, about every 5 s (the 1 s minimum only keeps a tick from being skipped).",
 )
 def inbox_sensor(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
     db = database.get()

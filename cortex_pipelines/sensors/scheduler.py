@@ -16,7 +16,8 @@ from cortex_pipelines.sensors.processing import request_processing
     job=process_messages,
     minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Fires due schedules and reminders as messages on the cron channel.",
+    description="Fires due schedules and reminders as messages on the cron channel, and requests a "
+    "processing run when any messages wait, as a backstop to the inbox sensor.",
 )
 def scheduler(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
     config, db = settings.get(), database.get()
