@@ -202,6 +202,22 @@ def test_a_daily_half_past_one_fires_once_on_the_night_the_clocks_go_back(settin
     assert fired == [["2026-10-25T00:30:00+00:00"], [], ["2026-10-26T01:30:00+00:00"]]
 
 
+def _answer_in_london(home, texts: list[str], sent: str) -> dict[str, str]:
+    """The owner's messages, sent at `sent`, answered by `cortex run` at noon in London (a Saturday,
+    the day before the clocks go forward); the environment used, for the commands after it."""
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True)
+    (folder / "batch.jsonl").write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
+            for t in texts
+        )
+    )
+    london = {"CORTEX_TIMEZONE": "Europe/London"}
+    cortex("--now", "2026-03-28T12:00:00Z", "run", home=home, env=london)
+    return london
+
+
 @pytest.mark.timeout(600)
 def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
     """One inbox batch the day before the spring change, sent at 11:00 and read at 12:00 (London):
@@ -217,17 +233,7 @@ def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
         "remind me to buy milk",
         f"remind me tonight at 8 to pack {long_task}",
     ]
-    folder = home / "inbox" / "webchat"
-    folder.mkdir(parents=True)
-    sent = "2026-03-28T11:00:00+00:00"
-    (folder / "batch.jsonl").write_text(
-        "".join(
-            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
-            for t in texts
-        )
-    )
-    london = {"CORTEX_TIMEZONE": "Europe/London"}
-    cortex("--now", "2026-03-28T12:00:00Z", "run", home=home, env=london)
+    london = _answer_in_london(home, texts, "2026-03-28T11:00:00+00:00")
 
     jobs = {j["description"][:20]: j for j in json.loads(cortex("schedules", "--json", home=home).stdout)}
     assert {k: (j["when"], j["next_fire"]) for k, j in jobs.items()} == {
@@ -261,17 +267,7 @@ def test_reminders_every_few_minutes_or_hours_and_tonight_at_12(tmp_path):
         "remind me every other day to water the plants",
         "remind me every 45 minutes to check the oven",
     ]
-    folder = home / "inbox" / "webchat"
-    folder.mkdir(parents=True)
-    sent = "2026-03-28T12:00:00+00:00"
-    (folder / "batch.jsonl").write_text(
-        "".join(
-            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
-            for t in texts
-        )
-    )
-    london = {"CORTEX_TIMEZONE": "Europe/London"}
-    cortex("--now", "2026-03-28T12:00:00Z", "run", home=home, env=london)
+    london = _answer_in_london(home, texts, "2026-03-28T12:00:00+00:00")
 
     jobs = json.loads(cortex("schedules", "--json", home=home).stdout)
     assert {j["description"]: (j["when"], j["next_fire"]) for j in jobs} == {
