@@ -67,6 +67,9 @@ _INLINE = re.compile(r"[\\`<>|]|&(?=#?\w+;)|\[(?=\[)|\](?=[\](])")
 _INLINE_ESCAPES = {"\\": "\\\\", "`": "\\`", "<": "&lt;", ">": "&gt;", "|": "\\|", "&": "&amp;"}
 # What makes a line start a heading, list, quote, fence, table, setext underline or link definition.
 _LINE_START = re.compile(r"^(?:[#*+=~-]|\[(?!redacted\])|\d+(?=[.)]))")
+# What GFM turns into a link by itself (Dagster's UI renders previews so): a stranger's
+# "https://evil.example/login" was a live link beside their name, and one cut short a broken one.
+_AUTOLINK = re.compile(r"(?i)\b(https?|ftp)(?=://)|\b(www)(?=\.)")
 _PARTIAL_ESCAPE = re.compile(r"(?:\\+|&[#\w]*)$")
 
 
@@ -87,8 +90,9 @@ def redact_secrets(text: str) -> str:
 
 def escape(text: str) -> str:
     """One line of text that markdown and HTML show as written: no tags, code spans, table cells,
-    links, output directives ([[…]]) or line-start markup."""
+    links (bare URLs included), output directives ([[…]]) or line-start markup."""
     text = _INLINE.sub(lambda m: _INLINE_ESCAPES.get(m.group(), m.group() + "\\"), text)
+    text = _AUTOLINK.sub(lambda m: m.group() + "\\", text)  # "https\://", "www\.": shown, not linked
     start = _LINE_START.match(text)
     if start:
         text = text[: start.end()] + "\\" + text[start.end() :] if start.group().isdigit() else "\\" + text
@@ -108,8 +112,11 @@ def one_line(text: object, limit: int) -> str:
 
 def document(markdown: str) -> str:
     """Markdown written by a model (the synthesized bulletin): its headings and lists stay, but no
-    secret, tag, output directive or invisible character gets through."""
+    secret, tag, output directive, bare link or invisible character gets through."""
     return "\n".join(
-        _INVISIBLE.sub(" ", line).replace("<", "&lt;").replace(">", "&gt;").replace("[[", "[\\[")
+        _AUTOLINK.sub(
+            lambda m: m.group() + "\\",
+            _INVISIBLE.sub(" ", line).replace("<", "&lt;").replace(">", "&gt;").replace("[[", "[\\["),
+        )
         for line in redact_secrets(markdown).splitlines()
     )
