@@ -87,7 +87,15 @@ def extracted_facts(
     db, store, config = database.get(), vectors.get(), settings.get()
     meter = cost.Meter.start(db, config, "extraction")
     client = meter.budgeted(llm.memory_client(), context.log.warning)
-    report = extract_new_facts(db, store, embedder.get(), config, client, log=context.log.info)
+    report = extract_new_facts(
+        db,
+        store,
+        embedder.get(),
+        config,
+        client,
+        log=context.log.info,
+        within_budget=lambda: cost.within_budget(db, config, "extraction"),
+    )
     current = cockpit.current_memory(db, config)
     return MaterializeResult(
         metadata={

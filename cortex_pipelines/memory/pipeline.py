@@ -263,9 +263,14 @@ def extract_new_facts(
     settings: Settings,
     llm: LLMClient | None,
     log: Log = lambda _: None,
+    within_budget: Callable[[], bool] = lambda: True,
 ) -> WriteReport:
     """Read the owner's turns after the cursor, extract, remember, advance. No new turns: no LLM
-    call. Other senders' turns stay in the session as theirs: what they say is never a user fact."""
+    call. Other senders' turns stay in the session as theirs: what they say is never a user fact.
+    The model reads 40 turns a call while `within_budget()` (the daily token budget, asked before
+    each call after the first: the first run after importing 56,000 turns would have made 1,400
+    calls on a 200,000-token day); the rest are extracted with patterns, as when the day's budget
+    was spent before the run."""
     cursor = db.run(cursors.read, EXTRACTION_CURSOR)
     latest = db.run(session.latest_id)  # read first: a turn recorded meanwhile is read now or next time
     rows = db.run(session.to_extract_after, cursor)
@@ -284,6 +289,12 @@ def extract_new_facts(
     else:
         drafts = []
         for start in range(0, len(turns), 40):
+            if start and not within_budget():
+                rest = turns[start:]
+                replaced = db.run(updates.replaced_statements, [t.id for t in rest])
+                drafts.extend(extract_offline(rest, injected, replaced))
+                log(f"daily extraction token budget spent: {len(rest)} turn(s) extracted with patterns")
+                break
             chunk = turns[start : start + 40]
             known = [(f["id"], f["text"]) for f in db.run(facts.hot_for_floor, 50)]
             complete = partial(complete_recorded, db, llm, asset="extracted_facts")

@@ -129,3 +129,30 @@ def test_a_spent_reply_budget_answers_with_the_offline_model(settings, db, messa
     assert db.query("SELECT provider FROM llm_usage ORDER BY id") == [("anthropic",), ("offline",)]
     meta = result.asset_materializations_for_node("session_messages")[-1].metadata
     assert meta["completed"].value == 1 and meta["llm_daily_token_budget"].value == 1
+
+
+def test_extraction_stops_calling_the_model_when_the_days_budget_is_spent_mid_run(
+    settings, db, tmp_path, messages_server, monkeypatch
+):
+    """The budget was checked once, when a run began: the first extraction after importing years of
+    history would call the model for every 40 turns (1,400 calls for 56,000 turns) on a
+    200,000-token day. Now the calls stop once it is spent, and patterns extract the rest."""
+    for key, value in {
+        "CORTEX_LLM_PROVIDER": "anthropic",
+        "CORTEX_BASE_URL": messages_server.url,
+        "CORTEX_API_KEY": "test-key",
+        "CORTEX_LLM_RETRIES": "0",
+        "CORTEX_EXTRACTION_DAILY_TOKEN_BUDGET": "500",  # less than one call of 40 turns takes
+    }.items():
+        monkeypatch.setenv(key, value)
+    said = [("webchat", f"I prefer aisle seats on train number {n}.") for n in range(100)]
+    ingest_recent_history(settings, db, tmp_path, said)
+    messages_server.responder = lambda body: text('[{"text": "Maya likes trains", "category": "preference"}]')
+
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize_all(settings, instance)
+    facts = result.asset_materializations_for_node("extracted_facts")[0].metadata
+    assert facts["turns_read"].value == 100 and facts["llm_calls"].value == 1
+    calls = db.query("SELECT count(*) FROM llm_usage WHERE purpose = 'extraction'")
+    assert calls == [(1,)]
+    assert facts["llm_input_tokens_today"].value > 500  # the one call spent it
