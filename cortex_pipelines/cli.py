@@ -222,6 +222,11 @@ def ingest(
         raise typer.Exit(1)
 
 
+# A backlog that `cortex run` says it is indexing: silent, the first run after importing 60,000
+# messages looked hung for 18 minutes.
+LONG_INDEXING_TURNS = 1000
+
+
 @app.command()
 def run(
     demo: Annotated[bool, typer.Option(help="load the bundled sample conversation first")] = False,
@@ -248,6 +253,7 @@ def run(
     from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
     from cortex_pipelines.lanes import in_process_tags, reap_dead_runs, wait_for_pools
+    from cortex_pipelines.memory.pipeline import unindexed_turns
 
     os.environ.update(dagster_env(settings))
     with DagsterInstance.get() as instance:
@@ -265,6 +271,11 @@ def run(
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
         level = "DEBUG" if verbose else "CRITICAL"
+        if (backlog := unindexed_turns(db)) >= LONG_INDEXING_TURNS and not verbose:
+            _say(
+                f"indexing {backlog:,} messages not in memory yet: this run takes minutes "
+                "(`cortex run -v` shows each step)"
+            )
         before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not ours
         try:
             result = defs.resolve_job_def("cortex_main").execute_in_process(

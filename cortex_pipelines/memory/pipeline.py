@@ -154,6 +154,12 @@ def index_episodes(
     return total
 
 
+def unindexed_turns(db: Database) -> int:
+    """Turns episodic indexing has yet to embed: after importing years of history, the first run's
+    indexing takes minutes (about 150 texts a second on two cores)."""
+    return db.run(session.count_after, db.run(cursors.read, EPISODIC_CURSOR))
+
+
 def index_episodes_for_recall(
     db: Database,
     vectors: VectorStore,

@@ -188,6 +188,11 @@ def latest_id(con) -> int:
     return con.execute("SELECT coalesce(max(id), 0) FROM session").fetchone()[0]
 
 
+def count_after(con, after_id: int) -> int:
+    """How many turns were recorded after a cursor (what an indexing run has left to do)."""
+    return con.execute("SELECT count(*) FROM session WHERE id > ?", [after_id]).fetchone()[0]
+
+
 def inbound_after(con, after_id: int) -> list[tuple]:
     """Inbound turns after a cursor, oldest first: (id, channel, sender, content, ts)."""
     return con.execute(
