@@ -35,6 +35,7 @@ MIN_ACTIVE_DAYS = 3
 MIN_ACTIVE_SHARE = 0.25
 
 _NAME = re.compile(r"(?<![.!?:]\s)(?<!^)\b([A-Z][a-zà-ÿ]+(?:\s[A-Z][a-zà-ÿ]+)?)\b")
+_LOWER_WORD = re.compile(r"\b[a-zà-ÿ]+\b")
 _PLACE = re.compile(
     r"\b(?:in|from|to|near|around|based in|live in|living in|moving to)\s+"
     r"([A-Z][a-zà-ÿ]+(?:\s[A-Z][a-zà-ÿ]+)?)"
@@ -73,8 +74,11 @@ def _names(text: str) -> set[str]:
 
 
 def _topics(turns: list[Turn]) -> list[Observation]:
-    """Names (capitalized somewhere mid-sentence, so not just a sentence start) by day."""
-    proper = {n for t in turns for n in _names(t.content)}
+    """Names (capitalized somewhere mid-sentence, so not just a sentence start) by day. A word the
+    user also writes in lower case is an ordinary word capitalized after unpunctuated chat ("k Had
+    lunch", "ok Let me see"), not a name: two years of history kept coming back to "Had" and "Let"."""
+    lower = {w for t in turns for w in _LOWER_WORD.findall(t.content)}
+    proper = {n for t in turns for n in _names(t.content) if n.split()[0].lower() not in lower}
     days: dict[str, set] = defaultdict(set)
     ids: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:

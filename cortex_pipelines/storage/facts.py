@@ -449,12 +449,14 @@ def with_categories(con, fact_ids: list[int]) -> list[dict]:
 
 
 def active_since(con, since: datetime) -> list[dict]:
-    """Active facts still true that were stated since a time: short-term memory's facts."""
+    """Active facts still true that were stated since a time: short-term memory's facts. Not the
+    observations, patterns over a week of turns that say nothing new: 47 of 50 of `cortex recent`
+    were observations on a home with two years of history."""
     return dict_rows(
         con.execute(
             f"SELECT id, text, {CATEGORIES_OF} AS categories, importance, sources, channels[1] AS channel, "
-            "stated_at FROM facts "
-            "WHERE status = 'active' AND valid_to IS NULL AND stated_at >= ? ORDER BY stated_at, id",
+            "stated_at FROM facts WHERE status = 'active' AND valid_to IS NULL AND stated_at >= ? "
+            "AND origin IS DISTINCT FROM 'observation' ORDER BY stated_at, id",
             [since],
         )
     )
