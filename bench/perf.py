@@ -132,7 +132,7 @@ def bench_ingest(tmp: Path, reps: int, progress) -> dict:
 
 def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
     from cortex_pipelines.memory import tail
-    from cortex_pipelines.memory.embedder import DIMENSIONS, get_embedder
+    from cortex_pipelines.memory.embedder import get_embedder
     from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id, sentence_lines
     from cortex_pipelines.memory.recall import recall
     from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
@@ -148,7 +148,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
         texts = [message(rng) for _ in range(size)]
         sentences = [len(sentence_lines("maya", text)) for text in texts]
         # Random unit vectors: one per memory, and one per sentence of a memory of several (as indexed).
-        matrix = np.random.default_rng(size).normal(size=(size + sum(sentences), DIMENSIONS))
+        matrix = np.random.default_rng(size).normal(size=(size + sum(sentences), embedder.dimensions))
         matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
         now = datetime.now()
         task = progress.add_task(f"recall: load {size:,} memories", total=size)
@@ -174,7 +174,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
                     }
                 )
                 extra += sentences[i]
-            vectors.upsert(EPISODIC, rows)
+            vectors.upsert(EPISODIC, rows, embedder_id(embedder))
             progress.advance(task, len(rows))
         db.run(_as_the_file_of_a_home, size, embedder_id(embedder))
         db.run(cursors.write, EPISODIC_CURSOR, size)

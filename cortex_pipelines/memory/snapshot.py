@@ -370,9 +370,10 @@ class Snapshot:
     def vector_search(self, vector: np.ndarray, k: int, mask: np.ndarray, min_cosine: float) -> list[dict]:
         """Rows by cosine similarity (vectors are unit length; a row's is the best of its own vector's
         and its sentences'), best first, at least min_cosine."""
-        if not len(self):
-            return []
         query = np.asarray(vector, dtype=np.float32)
+        if not len(self) or self.vectors.shape[1] != len(query):
+            # Another model's vectors (`embedding_model` changed): full text only until re-indexed.
+            return []
         if len(self) + self._sentence_count() < EXACT_BELOW:
             # As torch's float16 product rounds them (the sign pass's): a memory scores alike
             # whether its table is above EXACT_BELOW or not.

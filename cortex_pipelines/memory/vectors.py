@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from cortex_pipelines.memory.embedder import DIMENSIONS
+from cortex_pipelines.memory.embedder import DEFAULT_MODEL
 from cortex_pipelines.memory.snapshot import Snapshot
 
 os.environ.setdefault("LANCE_LOG", "error")
@@ -44,39 +44,46 @@ KEEP_VERSIONS = timedelta(hours=1)
 
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
+EMBEDDER_KEY = "embedder"
+# Tables written before their vectors named a model were all made by the default one.
+UNNAMED_EMBEDDER = DEFAULT_MODEL
 
-_COMMON = [
-    pa.field("id", pa.int64()),
-    pa.field("text", pa.string()),
-    # What BM25 sees: for an episode, the turn with its speaker and, when another speaker said it,
-    # the user turn before it, so a question phrased like the earlier turn still finds the answer;
-    # for a fact, its text.
-    # An episode's vector embeds only the turn with its speaker: fused with the wider full text, that
-    # ranked better on LoCoMo than a vector of both turns.
-    pa.field("search_text", pa.string()),
-    pa.field("vector", pa.list_(pa.float32(), DIMENSIONS)),
-    pa.field("channel", pa.string()),
-    pa.field("sources", pa.list_(pa.int64())),
-    pa.field("category", pa.string()),
-    pa.field("importance", pa.float32()),
-    pa.field("stated_at", pa.timestamp("us")),
-]
-SCHEMAS = {
-    EPISODIC: pa.schema(
+
+def schema(name: str, dimensions: int, embedder: str) -> pa.Schema:
+    """A table's columns, its vectors `dimensions` wide; the vector column names the model that made
+    them, since vectors of two models cannot be compared."""
+    vector = pa.list_(pa.float32(), dimensions)
+    common = [
+        pa.field("id", pa.int64()),
+        pa.field("text", pa.string()),
+        # What BM25 sees: for an episode, the turn with its speaker and, when another speaker said
+        # it, the user turn before it, so a question phrased like the earlier turn still finds the
+        # answer; for a fact, its text.
+        # An episode's vector embeds only the turn with its speaker: fused with the wider full text,
+        # that ranked better on LoCoMo than a vector of both turns.
+        pa.field("search_text", pa.string()),
+        pa.field("vector", vector, metadata={EMBEDDER_KEY: embedder}),
+        pa.field("channel", pa.string()),
+        pa.field("sources", pa.list_(pa.int64())),
+        pa.field("category", pa.string()),
+        pa.field("importance", pa.float32()),
+        pa.field("stated_at", pa.timestamp("us")),
+    ]
+    if name == SEMANTIC:
+        return pa.schema([*common, pa.field("tier", pa.string()), pa.field("status", pa.string())])
+    return pa.schema(
         [
-            *_COMMON,
+            *common,
             pa.field("role", pa.string()),
             pa.field("sender", pa.string()),
             # The same channel's previous user turn, so recall can lift a turn next to a strong hit.
             pa.field("prev_id", pa.int64()),
-            # A user turn of several sentences also has a vector per sentence (with its speaker), and
-            # its cosine to a query is the best of all of them: a long turn's one vector blurs the
-            # detail a question asks about (LoCoMo dev: dense alone R@10 46.6 -> 53.8 with both).
-            pa.field("sentence_vectors", pa.list_(pa.list_(pa.float32(), DIMENSIONS))),
+            # A user turn of several sentences also has a vector per sentence (with its speaker),
+            # and its cosine to a query is the best of all of them: a long turn's one vector blurs
+            # the detail a question asks about (LoCoMo dev: dense alone R@10 46.6 -> 53.8 with both).
+            pa.field("sentence_vectors", pa.list_(vector)),
         ]
-    ),
-    SEMANTIC: pa.schema([*_COMMON, pa.field("tier", pa.string()), pa.field("status", pa.string())]),
-}
+    )
 
 
 # lancedb imports model classes from this package, whose __init__ also imports its REST API classes:
@@ -158,13 +165,9 @@ class VectorStore:
         return self._conn
 
     def table(self, name: str):
-        """Open a table, creating it empty on first use."""
+        """Open a table (the first upsert creates it)."""
         if name not in self._tables:
-            db = self._db()
-            try:
-                self._tables[name] = db.open_table(name)
-            except (FileNotFoundError, ValueError):
-                self._tables[name] = db.create_table(name, schema=SCHEMAS[name], exist_ok=True)
+            self._tables[name] = self._db().open_table(name)
         return self._tables[name]
 
     def exists(self, name: str) -> bool:
@@ -172,11 +175,25 @@ class VectorStore:
         on every message while the tables are not created yet."""
         return name in self._tables or (self.path / f"{name}.lance").is_dir()
 
-    def outdated(self, name: str) -> bool:
-        """A table written before a column was added: it must be rebuilt from DuckDB."""
+    def embedded_by(self, name: str) -> tuple[str, int] | None:
+        """The model that made a table's vectors, and their width; None when there is no table."""
         if not self.exists(name):
-            return False
-        return bool(set(SCHEMAS[name].names) - set(self.table(name).schema.names))
+            return None
+        vector = self.table(name).schema.field("vector")
+        named = (vector.metadata or {}).get(EMBEDDER_KEY.encode())
+        return (named.decode() if named else UNNAMED_EMBEDDER), vector.type.list_size
+
+    def outdated(self, name: str, embedder: str, dimensions: int) -> str | None:
+        """Why a table must be rebuilt from DuckDB, if it must: it predates a column, or another
+        model made its vectors (a changed `embedding_model`)."""
+        made = self.embedded_by(name)
+        if made is None:
+            return None
+        if made != (embedder, dimensions):
+            return f"its vectors are {made[0]}'s ({made[1]} wide), not {embedder}'s ({dimensions} wide)"
+        if set(schema(name, dimensions, embedder).names) - set(self.table(name).schema.names):
+            return "it predates its current columns"
+        return None
 
     def _saved_snapshots(self, name: str) -> Path:
         return self.path.with_name(self.path.name + "-snapshots") / name
@@ -195,10 +212,15 @@ class VectorStore:
         return self.table(name).count_rows(where)
 
     @_retry_commit
-    def upsert(self, name: str, rows: list[dict]) -> None:
+    def upsert(self, name: str, rows: list[dict], embedder: str) -> None:
+        """Insert or replace rows by id; the first rows create the table, as wide as their vectors,
+        named for the embedder that made them."""
         if not rows:
             return
-        data = pa.Table.from_pylist(rows, schema=SCHEMAS[name])
+        if not self.exists(name):
+            made = schema(name, len(rows[0]["vector"]), embedder)
+            self._tables[name] = self._db().create_table(name, schema=made, exist_ok=True)
+        data = pa.Table.from_pylist(rows, schema=self.table(name).schema)
         (
             self.table(name)
             .merge_insert("id")
@@ -233,13 +255,14 @@ class VectorStore:
     def active_fact_vectors(self) -> tuple[list[dict], np.ndarray]:
         """Every active fact's id, channel and category, and its vector as the same row of one
         matrix: what maintenance and dedupe compare pairwise."""
-        if not self.exists(SEMANTIC):
-            return [], np.zeros((0, DIMENSIONS), dtype=np.float32)
+        made = self.embedded_by(SEMANTIC)
+        if made is None:
+            return [], np.zeros((0, 0), dtype=np.float32)
         query = self.table(SEMANTIC).search().where("status = 'active'")
         table = query.select(["id", "vector", "channel", "category"]).limit(None).to_arrow()
         rows = table.select(["id", "channel", "category"]).to_pylist()
         vectors = table.column("vector").to_pylist()  # none once every fact is forgotten or superseded
-        return rows, np.array(vectors, dtype=np.float32).reshape(len(rows), DIMENSIONS)
+        return rows, np.array(vectors, dtype=np.float32).reshape(len(rows), made[1])
 
     def vector_search(self, name: str, vector, k: int, where: str | None = None) -> list[dict]:
         if not self.exists(name):

@@ -127,13 +127,13 @@ class HashEmbedder:
     """Unit vectors drawn from a hash of the text: the LanceDB crash tests need writes, not meaning,
     and loading the real model would cost every killed process seconds."""
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        from cortex_pipelines.memory.embedder import DIMENSIONS
+    dimensions = 384
 
-        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
         for i, text in enumerate(texts):
             seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            vector = np.random.default_rng(seed).standard_normal(DIMENSIONS)
+            vector = np.random.default_rng(seed).standard_normal(self.dimensions)
             out[i] = vector / np.linalg.norm(vector)
         return out
 
@@ -276,7 +276,7 @@ def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
     calls = {"upsert": 0}
     timer = kill_point.endswith("_timer")
 
-    def patched_upsert(self, name, rows):
+    def patched_upsert(self, name, rows, embedder):
         calls["upsert"] += 1
         k = calls["upsert"]
         if timer and k == call:
@@ -285,7 +285,7 @@ def lancedb_pass(home: str, kill_point: str, n: int, call: int) -> None:
         if kill_point == "episodic_before_upsert" and k == n:
             die(f"episodic_before_upsert: batch {n} ({len(rows)} rows) not written")
         mark(f"upsert {k} of {len(rows)} rows into {name} begins")
-        upsert(self, name, rows)
+        upsert(self, name, rows, embedder)
         mark(f"upsert {k} committed")
         if kill_point.endswith("_after_upsert") and k == n:
             die(f"{kill_point}: upsert {n} ({len(rows)} rows) committed, DuckDB not told")

@@ -15,7 +15,6 @@ import pytest
 
 import cortex_pipelines.memory.embedder as embedder_module
 from cortex_pipelines.memory.embedder import (
-    DIMENSIONS,
     Embedder,
     get_embedder,
     pick_device,
@@ -51,7 +50,7 @@ def test_importing_the_definitions_loads_no_model_and_no_torch():
 def test_embeddings_are_unit_vectors_and_similar_texts_are_close():
     embedder = get_embedder()
     vecs = embedder.encode(["I prefer window seats", "Window seats are my favourite", "Tax forms are due"])
-    assert vecs.shape == (3, DIMENSIONS) and vecs.dtype == np.float32
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.3
 
@@ -60,7 +59,7 @@ def test_the_model_is_loaded_once_per_process_and_only_on_first_use():
     fresh = Embedder(batch_size=8)
     assert fresh._model is None  # constructing costs nothing
     assert get_embedder() is get_embedder()
-    assert fresh.encode([]).shape == (0, DIMENSIONS) and fresh._model is None
+    assert fresh.encode([]).shape == (0, 384) and fresh._model is None  # its width read from its files
 
 
 def test_model_loads_with_the_network_disabled(monkeypatch, tmp_path):
@@ -74,7 +73,7 @@ def test_model_loads_with_the_network_disabled(monkeypatch, tmp_path):
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith(f"(1, {DIMENSIONS})")
+    assert out.stdout.strip().endswith("(1, 384)")
 
 
 def test_device_auto_picks_cpu_without_an_accelerator():
@@ -120,7 +119,7 @@ def test_a_query_on_cpu_embeds_through_an_onnx_export_close_to_torch(monkeypatch
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [f"({DIMENSIONS},)"]
+    assert out.stdout.split() == ["(384,)"]
 
 
 def test_changed_weights_name_another_export_file(tmp_path):

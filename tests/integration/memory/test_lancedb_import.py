@@ -11,13 +11,13 @@ import sys
 PROBE = """
 import json, sys
 import numpy as np
-from cortex_pipelines.memory.embedder import DIMENSIONS
 from cortex_pipelines.memory.vectors import SEMANTIC, VectorStore
 
 store = VectorStore(sys.argv[1])
-vector = np.zeros(DIMENSIONS, dtype=np.float32)
+vector = np.zeros(384, dtype=np.float32)
 vector[0] = 1.0
-store.upsert(SEMANTIC, [{"id": 7, "text": "The user sits by the window", "vector": vector}])
+row = {"id": 7, "text": "The user sits by the window", "vector": vector}
+store.upsert(SEMANTIC, [row], "all-MiniLM-L6-v2")
 deferred = "lance_namespace_urllib3_client.api" not in sys.modules
 hits = store.vector_search(SEMANTIC, vector, k=1)
 import threading

@@ -111,6 +111,7 @@ def test_no_turn_is_embedded_twice_and_indexing_keeps_the_brains_vectors(setting
 
     class Counting:
         model_name = real.model_name
+        dimensions = real.dimensions
 
         def encode(self, texts):
             encoded.extend(texts)

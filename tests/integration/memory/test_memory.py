@@ -20,9 +20,15 @@ from cortex_pipelines.memory.maintenance import (
     evict_to_cold,
     merge_and_consolidate,
 )
-from cortex_pipelines.memory.pipeline import extract_new_facts, index_episodes, remember, sync_facts
+from cortex_pipelines.memory.pipeline import (
+    embedder_id,
+    extract_new_facts,
+    index_episodes,
+    remember,
+    sync_facts,
+)
 from cortex_pipelines.memory.recall import note_use, recall
-from cortex_pipelines.memory.vectors import EPISODIC, SCHEMAS, SEMANTIC, VectorStore
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, schema
 from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
@@ -92,11 +98,12 @@ def test_a_query_naming_a_month_prefers_what_was_said_then(settings, db, vectors
 
 def test_an_episodic_table_without_the_neighbour_column_is_rebuilt(settings, db, vectors, embedder, tmp_path):
     ids = ingest_history(settings, db, tmp_path, ("webchat", "First."), ("webchat", "Second."))
-    old = pa.schema([f for f in SCHEMAS[EPISODIC] if f.name != "prev_id"])
+    model = embedder_id(embedder)
+    old = pa.schema([f for f in schema(EPISODIC, 384, model) if f.name != "prev_id"])
     vectors._db().create_table(EPISODIC, schema=old)
-    assert vectors.outdated(EPISODIC)
+    assert vectors.outdated(EPISODIC, model, 384) == "it predates its current columns"
     assert index_episodes(db, vectors, embedder, settings) == 2
-    assert not vectors.outdated(EPISODIC)
+    assert vectors.outdated(EPISODIC, model, 384) is None
     rows = vectors.table(EPISODIC).search().select(["id", "prev_id"]).to_arrow().to_pylist()
     assert sorted((r["id"], r["prev_id"]) for r in rows) == [(ids[0], None), (ids[1], ids[0])]
 

@@ -8,12 +8,13 @@ from datetime import datetime
 
 import numpy as np
 
-from cortex_pipelines.memory.embedder import DIMENSIONS
 from cortex_pipelines.memory.vectors import COMPACT_AT_FRAGMENTS, EPISODIC, VectorStore
+
+MODEL = "all-MiniLM-L6-v2"
 
 
 def _turns(first: int, count: int) -> list[dict]:
-    vectors = np.random.default_rng(first).normal(size=(count, DIMENSIONS)).astype(np.float32)
+    vectors = np.random.default_rng(first).normal(size=(count, 384)).astype(np.float32)
     return [
         {
             "id": first + n,
@@ -40,18 +41,18 @@ def _data_files(folder) -> dict[str, int]:
 
 def test_upkeep_leaves_a_large_table_alone_until_enough_small_fragments_gather(tmp_path):
     store = VectorStore(tmp_path / "lance")
-    store.upsert(EPISODIC, _turns(1, 4000))
+    store.upsert(EPISODIC, _turns(1, 4000), MODEL)
     (history,) = _data_files(tmp_path / "lance")
     size = sum(_data_files(tmp_path / "lance").values())
 
     for run in range(COMPACT_AT_FRAGMENTS - 2):  # a run indexes a few turns, then the upkeep
-        store.upsert(EPISODIC, _turns(10_000 + 10 * run, 3))
+        store.upsert(EPISODIC, _turns(10_000 + 10 * run, 3), MODEL)
         assert store.optimize(EPISODIC) is False
     files = _data_files(tmp_path / "lance")
     assert history in files  # never rewritten
     assert sum(files.values()) < 1.2 * size  # no copy of the table kept beside it
 
-    store.upsert(EPISODIC, _turns(20_000, 3))
+    store.upsert(EPISODIC, _turns(20_000, 3), MODEL)
     assert store.optimize(EPISODIC) is True  # now the small fragments are folded together
     table = store.table(EPISODIC)
     assert table.stats()["fragment_stats"]["num_fragments"] == 1
