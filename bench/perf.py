@@ -131,15 +131,16 @@ def bench_ingest(tmp: Path, reps: int, progress) -> dict:
 
 
 def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
+    from cortex_pipelines.config import load_settings
     from cortex_pipelines.memory import tail
-    from cortex_pipelines.memory.embedder import get_embedder
+    from cortex_pipelines.memory.embedder import embedder_for
     from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id, sentence_lines
     from cortex_pipelines.memory.recall import recall
     from cortex_pipelines.memory.vectors import EPISODIC, VectorStore, vector_store
     from cortex_pipelines.storage import cursors
     from cortex_pipelines.storage.db import SETTLED_S
 
-    embedder = get_embedder()
+    embedder = embedder_for(load_settings(tmp, llm_provider="offline"))  # CORTEX_EMBEDDING_MODEL's
     out = {}
     for size in sizes:
         rng = random.Random(size)
@@ -176,7 +177,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
                 extra += sentences[i]
             vectors.upsert(EPISODIC, rows, embedder_id(embedder))
             progress.advance(task, len(rows))
-        db.run(_as_the_file_of_a_home, size, embedder_id(embedder))
+        db.run(_as_the_file_of_a_home, size, embedder_id(embedder), embedder.dimensions)
         db.run(cursors.write, EPISODIC_CURSOR, size)
         started = time.perf_counter()
         vectors.snapshot(EPISODIC)  # built from LanceDB, and saved
@@ -248,7 +249,7 @@ def bench_recall(tmp: Path, sizes: list[int], queries: int, progress) -> dict:
     return out
 
 
-def _as_the_file_of_a_home(con, size: int, model: str) -> None:
+def _as_the_file_of_a_home(con, size: int, model: str, dimensions: int) -> None:
     """DuckDB as a home with `size` memories has it, for recall's reads right after a write: the
     user turns, with the vectors the brain stored when it recorded them, and a tenth as many facts."""
     con.execute(
@@ -257,9 +258,9 @@ def _as_the_file_of_a_home(con, size: int, model: str) -> None:
         {"n": size},
     )
     con.execute(
-        "INSERT INTO turn_vectors SELECT id, $model, list_transform(range(384), lambda x: random()::FLOAT), "
-        "[list_transform(range(384), lambda x: random()::FLOAT)] FROM session",
-        {"model": model},
+        "INSERT INTO turn_vectors SELECT id, $model, list_transform(range($d), lambda x: random()::FLOAT), "
+        "[list_transform(range($d), lambda x: random()::FLOAT)] FROM session",
+        {"model": model, "d": dimensions},
     )
     con.execute(
         "INSERT INTO facts (text, norm_hash, category, importance, sources, channels, origin, stated_at, "

