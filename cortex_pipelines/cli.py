@@ -378,6 +378,9 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     out.print(
         f"memory   hot {mem['hot']}  cold {mem['cold']}  episodic {mem['episodic']}  pinned {mem['pinned']}"
     )
+    stale = mem["episodes_embedded_by"] not in (None, mem["embedding_model"])
+    later = f" (messages still embedded by {mem['episodes_embedded_by']}: the next run re-embeds them)"
+    _say(f"embeddings {mem['embedding_model']}" + (later if stale else ""))
     llm = state["llm"]
     out.print(
         f"llm      {llm['provider']}: {llm['calls']} calls, {llm['input_tokens']} in / "

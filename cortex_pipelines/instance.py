@@ -75,6 +75,8 @@ def status(settings: Settings) -> dict:
     channels = sorted(seen | set(settings.channel_modes))
     tiers = db.run(tier_counts)
     warm = db.run(published_row, BULLETIN)
+    vectors = vector_store(settings.paths.lance)
+    made = vectors.embedded_by(EPISODIC)
     return {
         "home": str(settings.home),
         "bus": db.run(bus.counts),
@@ -85,8 +87,11 @@ def status(settings: Settings) -> dict:
         "memory": {
             "hot": tiers["hot"],
             "cold": tiers["cold"],
-            "episodic": vector_store(settings.paths.lance).count(EPISODIC),
+            "episodic": vectors.count(EPISODIC),
             "pinned": len(db.run(pins)),
+            "embedding_model": settings.embedding_model,
+            # Another model's name until the next indexing run re-embeds every turn with this one.
+            "episodes_embedded_by": made[0] if made else None,
         },
         "llm": {"provider": settings.llm_provider, **db.run(usage.totals), **cost.status(db, settings)},
         "warmup": warm["state"] if warm else "cold",

@@ -65,8 +65,15 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     found = json.loads(cortex("recall", "peanuts", "--json", home=home, env=narrower).stdout)
     assert STATEMENT in [h["text"] for h in found]
 
+    said = cortex("status", home=home, env=narrower).stdout
+    assert (
+        f"embeddings {narrower_model} (messages still embedded by {DEFAULT_MODEL}: the next run re-embeds"
+        in said
+    )
+
     cortex("send", "webchat", "My sister Ana lives in Porto.", home=home, env=narrower)
     cortex("run", home=home, env=narrower)
+    assert f"embeddings {narrower_model}\n" in cortex("status", home=home, env=narrower).stdout
     made = _made_by(home)
     assert made[EPISODIC] == (str(narrower_model), 128)
     assert made[SEMANTIC] in (None, (str(narrower_model), 128))
