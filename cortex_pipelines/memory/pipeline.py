@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 
 import numpy as np
@@ -247,12 +248,19 @@ def remember(
         else:
             groups.append((digest, vec, [draft]))
 
+    cold_before = utcnow() - timedelta(days=settings.cold_after_days)
+
     def write(con):
         for fact_id, draft in reinforcements:
             facts.reinforce(con, fact_id, draft.sources, draft.channels, draft.importance)
             report.reinforced.append(fact_id)
         for _, _, (first, *rest) in groups:
-            fact_id = facts.insert(con, first)
+            # A fact last said longer ago than eviction waits (imported history) starts cold, as
+            # eviction would leave it: 2,000 facts from two years of chat had all been hot, over the
+            # cap and in the floor, until eviction reached them 14 days later.
+            said_long_ago = max(d.stated_at for d in (first, *rest)) < cold_before
+            tier = "cold" if said_long_ago and first.category != "identity" else "hot"
+            fact_id = facts.insert(con, first, tier=tier)
             for extra in rest:
                 facts.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
             report.new.append(fact_id)

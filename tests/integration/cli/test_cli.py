@@ -372,6 +372,29 @@ def test_history_import_is_stored_but_never_answered(tmp_path: Path) -> None:
     assert outbox_files(home) == []
 
 
+OLD_STATEMENTS = ["I'm vegetarian.", "On flights I prefer window seats.", "My sister Ana lives in Porto."]
+
+
+@pytest.mark.slow
+def test_facts_from_imported_history_start_cold_and_stay_searchable(tmp_path: Path) -> None:
+    """Two years of imported chat made every fact hot: over the hot cap (its check red), and in the
+    floor of every prompt, until eviction reached them 14 days later."""
+    home = tmp_path / "home"
+    old = [
+        {"channel": "webchat", "sender": "maya", "text": text, "timestamp": f"2025-0{n + 3}-10T09:00:00Z"}
+        for n, text in enumerate(OLD_STATEMENTS)
+    ]
+    cortex("ingest", "--history", str(write_jsonl(tmp_path / "past.jsonl", old)), home=home)
+    cortex("send", "webchat", "I'm allergic to peanuts.", home=home)
+    cortex("run", home=home, env={"CORTEX_HOT_CAP": "1"})
+
+    memory = status_json(home)["memory"]
+    assert memory["hot"] == 1 and memory["cold"] >= 2, memory  # today's fact hot, the old ones cold
+    found = json.loads(cortex("recall", "vegetarian", "--json", home=home).stdout)
+    assert [h["text"] for h in found if h.get("fact_id")][:1] == ["I'm vegetarian."]
+    assert status_json(home)["memory"]["hot"] == 2  # recalled, so back in hot memory
+
+
 # --------------------------------------------------------------------------------------------
 # 7: status while a run holds the database
 # --------------------------------------------------------------------------------------------
