@@ -253,7 +253,9 @@ def run(
     from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
     from cortex_pipelines.lanes import in_process_tags, reap_dead_runs, wait_for_pools
+    from cortex_pipelines.memory.embedder import embedder_for
     from cortex_pipelines.memory.pipeline import unindexed_turns
+    from cortex_pipelines.memory.vectors import vector_store
 
     os.environ.update(dagster_env(settings))
     with DagsterInstance.get() as instance:
@@ -271,7 +273,8 @@ def run(
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
         level = "DEBUG" if verbose else "CRITICAL"
-        if (backlog := unindexed_turns(db)) >= LONG_INDEXING_TURNS and not verbose:
+        backlog = unindexed_turns(db, vector_store(settings.paths.lance), embedder_for(settings))
+        if backlog >= LONG_INDEXING_TURNS and not verbose:
             _say(
                 f"indexing {backlog:,} messages not in memory yet: this run takes minutes "
                 "(`cortex run -v` shows each step)"

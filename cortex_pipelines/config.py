@@ -22,7 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from cortex_pipelines.memory.models import INSTALLABLE, installed_folder
+from cortex_pipelines.memory.models import DEFAULT_MODEL, INSTALLABLE, cached_model, installed_folder
 
 ChannelMode = Literal["off", "shadow", "live"]
 CHANNEL_PATTERN = r"^[a-z0-9_-]{1,32}$"
@@ -300,9 +300,17 @@ class Settings(BaseSettings):
         if model in INSTALLABLE:
             installed_folder(model)  # else one line naming `cortex model install`
             return model
-        looks_like_path = model.startswith(("/", "~", ".")) or model.count("/") > 1
-        if looks_like_path and not os.path.isdir(model):
-            raise ValueError(f"{model!r} is not a model folder (give a folder or a model name)")
+        if model.startswith(("/", "~", ".")) or model.count("/") > 1:
+            folder = Path(model).expanduser().resolve()  # one name per folder: it names the vectors
+            if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+                raise ValueError(f"{model!r} is not a sentence-transformers model folder")
+            return str(folder)
+        if not cached_model(model):
+            raise ValueError(
+                f"{model!r} is not a model on this machine: nothing is downloaded at run time; give "
+                f"a model folder, {DEFAULT_MODEL}, or one of {', '.join(INSTALLABLE)} "
+                "(`cortex model install`)"
+            )
         return model
 
     @field_validator("channel_modes", "sender_allowlist")

@@ -30,11 +30,10 @@ import numpy as np
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.memory.models import INSTALLABLE, installed_folder
+from cortex_pipelines.memory.models import DEFAULT_MODEL, INSTALLABLE, installed_folder
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Bump when the export below changes: the cached file's name carries it.
 ONNX_RECIPE = "mean-pool-fp32-v1"
 QUERY_MIN_COSINE = 0.999

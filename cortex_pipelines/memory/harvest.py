@@ -25,7 +25,7 @@ def harvest_ops(db: Database, vectors: VectorStore, embedder: Embedder, settings
     """Turn completed ops into facts (with the write-time dedupe of extraction), mark them gardened
     and archive the ones gardened long enough ago."""
     op_ids, drafts = harvest_drafts(db, settings)
-    new = remember(db, vectors, embedder, settings, drafts).new if drafts else []
+    new = remember(db, vectors, embedder, settings, drafts, rebuild_outdated=True).new if drafts else []
     return HarvestReport(op_ids, new, mark_gardened(db, op_ids, settings.op_archive_days))
 
 

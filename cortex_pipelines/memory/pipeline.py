@@ -156,9 +156,12 @@ def index_episodes(
     return total
 
 
-def unindexed_turns(db: Database) -> int:
-    """Turns episodic indexing has yet to embed: after importing years of history, the first run's
-    indexing takes minutes (about 150 texts a second on two cores)."""
+def unindexed_turns(db: Database, vectors: VectorStore, embedder: Embedder) -> int:
+    """Turns episodic indexing has yet to embed: after importing years of history, or changing
+    `embedding_model` (every turn again), the first run's indexing takes minutes (about 150 texts a
+    second on two cores with all-MiniLM-L6-v2)."""
+    if vectors.outdated(EPISODIC, embedder_id(embedder), embedder.dimensions):
+        return db.run(session.count_after, 0)
     return db.run(session.count_after, db.run(cursors.read, EPISODIC_CURSOR))
 
 
@@ -194,12 +197,22 @@ def _semantic_row(fact: dict, vector: np.ndarray) -> dict:
 
 
 def sync_facts(
-    db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, log: Log = lambda _: None
+    db: Database,
+    vectors: VectorStore,
+    embedder: Embedder,
+    settings: Settings,
+    log: Log = lambda _: None,
+    rebuild_outdated: bool = False,
 ) -> int:
     """Upsert facts whose LanceDB row is missing or stale (after a crash, an edit, a tier move). A row
-    whose text is unchanged keeps its vector, so a forget or a re-rating loads no model."""
+    whose text is unchanged keeps its vector, so a forget or a re-rating loads no model. A table
+    another model made is rebuilt only by indexing runs (`rebuild_outdated`, one at a time): a
+    command in a process configured with another model had dropped it under a running one; until
+    then the facts wait in DuckDB, unindexed."""
     model = embedder_id(embedder)
     why = vectors.outdated(SEMANTIC, model, embedder.dimensions)
+    if why and not rebuild_outdated:
+        return 0
     if why:
         log(f"re-embedding every fact: the semantic table is outdated ({why})")
         vectors.drop(SEMANTIC)
@@ -219,13 +232,21 @@ def sync_facts(
 
 
 def remember(
-    db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, drafts: list[FactDraft]
+    db: Database,
+    vectors: VectorStore,
+    embedder: Embedder,
+    settings: Settings,
+    drafts: list[FactDraft],
+    rebuild_outdated: bool = False,
 ) -> WriteReport:
-    """Write facts with dedupe: normalized hash first, then cosine ≥ dedupe_cosine."""
+    """Write facts with dedupe: normalized hash first, then cosine ≥ dedupe_cosine (when the
+    semantic table holds this model's vectors; see `sync_facts` for `rebuild_outdated`)."""
     report = WriteReport()
     if not drafts:
         return report
-    sync_facts(db, vectors, embedder, settings)  # dedupe must see every active fact
+    sync = partial(sync_facts, db, vectors, embedder, settings, rebuild_outdated=rebuild_outdated)
+    sync()  # dedupe must see every active fact
+    same_space = vectors.outdated(SEMANTIC, embedder_id(embedder), embedder.dimensions) is None
     by_hash = db.run(facts.active_by_hash, [norm_hash(d.text) for d in drafts])
     vecs = embedder.encode_batch([d.text for d in drafts])
     reinforcements: list[tuple[int, FactDraft]] = []
@@ -233,7 +254,7 @@ def remember(
     for draft, vec in zip(drafts, vecs, strict=True):
         digest = norm_hash(draft.text)
         existing = by_hash.get(digest)
-        if existing is None:
+        if existing is None and same_space:
             hit = vectors.vector_search(SEMANTIC, vec, 1, "status = 'active'")
             if hit and 1.0 - hit[0]["_distance"] >= settings.dedupe_cosine:
                 existing = int(hit[0]["id"])
@@ -270,7 +291,7 @@ def remember(
                     updates.record(con, old_turn, draft.sources[-1], None)
 
     db.run(write)
-    sync_facts(db, vectors, embedder, settings)
+    sync()
     return report
 
 
@@ -327,7 +348,7 @@ def extract_new_facts(
                 report.input_tokens += response.input_tokens
                 report.output_tokens += response.output_tokens
             drafts.extend(found)
-    written = remember(db, vectors, embedder, settings, drafts)
+    written = remember(db, vectors, embedder, settings, drafts, rebuild_outdated=True)
     report.new, report.reinforced = written.new, written.reinforced
     report.outdated = db.run(updates.close_outdated_facts)  # facts from statements the user updated
     db.run(cursors.write, EXTRACTION_CURSOR, upto)
@@ -340,13 +361,14 @@ def rebuild(
 ) -> dict:
     """Re-embed and re-index everything (after a model change or a damaged LanceDB folder).
     DuckDB is the source of truth, so LanceDB can always be rebuilt from it."""
+    embedder.encode(["the model loads before anything is dropped"])
     for name in (EPISODIC, SEMANTIC):
         vectors.drop(name)
     db.run(cursors.write, EPISODIC_CURSOR, 0)
     db.run(facts.mark_all_unindexed)
     log("dropped the LanceDB tables; re-embedding session messages")
     episodes = index_episodes(db, vectors, embedder, settings, log=log)
-    synced = sync_facts(db, vectors, embedder, settings, log=log)
+    synced = sync_facts(db, vectors, embedder, settings, log=log, rebuild_outdated=True)
     log(f"re-embedded {synced} fact(s)")
     for name in (EPISODIC, SEMANTIC):
         vectors.optimize(name)

@@ -43,7 +43,7 @@ from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.updates import Successor, co_recalled_updates, newest_successors
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, UNNAMED_EMBEDDER, VectorStore, vector_store
 from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
@@ -52,6 +52,7 @@ from cortex_pipelines.text import QUESTION, collapse_spaces, never_an_answer, no
 
 log = logging.getLogger(__name__)
 _unreadable_warned: set[str] = set()
+_other_model_warned: set[tuple[str, str]] = set()
 
 
 @dataclass
@@ -117,6 +118,24 @@ def _vectors_unreadable(name: str, exc: Exception) -> None:
             one_line(exc),
             REPAIR_VECTORS,
         )
+
+
+def _same_space(table: Snapshot, name: str, model: str) -> bool:
+    """Whether a table's vectors are this model's: after `embedding_model` changed, recall answers
+    by keywords until the next indexing run re-embeds, and says so once per process and table."""
+    made_by = table.embedder or UNNAMED_EMBEDDER
+    if not len(table) or made_by == model:
+        return True
+    if (name, model) not in _other_model_warned:
+        _other_model_warned.add((name, model))
+        log.warning(
+            "recall searches %s memories by keywords only: %s embedded them, not %s; the next "
+            "`cortex run` re-embeds them",
+            name,
+            made_by,
+            model,
+        )
+    return False
 
 
 def _snapshot(vectors: VectorStore, name: str) -> Snapshot | None:
@@ -195,9 +214,14 @@ def recall(
     qvec = None
     if len(fact_table) or len(episode_table):
         qvec = query_vector_now()
-        fact_meaning = fact_table.vector_search(qvec, pool, active, config.min_cosine)
+        model = embedder_id(embedder)
+        fact_meaning = []
+        if _same_space(fact_table, SEMANTIC, model):
+            fact_meaning = fact_table.vector_search(qvec, pool, active, config.min_cosine)
         facts = fuse(fact_meaning, fact_words, config, asked)
-        episode_meaning = episode_table.vector_search(qvec, pool, said, config.min_cosine)
+        episode_meaning = []
+        if _same_space(episode_table, EPISODIC, model):
+            episode_meaning = episode_table.vector_search(qvec, pool, said, config.min_cosine)
         episodes = fuse(episode_meaning, episode_words, config, asked)
         if terms := feedback_terms(query, episodes, episode_table, config):
             # Scaled by the share of the widened query each turn says, as the first search is: at

@@ -208,6 +208,10 @@ def _kth_largest(values: np.ndarray, k: int) -> float:
         return torch.topk(torch.from_numpy(values), k, sorted=False).values.min().item()
 
 
+# Schema metadata naming the model that made a table's vectors (memory/vectors.py writes it).
+EMBEDDER_KEY = b"embedder"
+
+
 @dataclass
 class Snapshot:
     """One version of a table: its rows (without vectors), their vectors and a BM25 index."""
@@ -250,8 +254,9 @@ class Snapshot:
                 "sentence_rows": np.flatnonzero(counts),
                 "sentence_starts": (np.cumsum(counts) - counts)[counts > 0],
             }
+        made_by = (data.schema.field("vector").metadata or {}).get(EMBEDDER_KEY, b"")
         rows = data.drop_columns([c for c in ("vector", "sentence_vectors") if c in data.column_names])
-        rows = rows.combine_chunks()
+        rows = rows.combine_chunks().replace_schema_metadata({EMBEDDER_KEY: made_by})  # saved with it
         bm25 = bm25s.BM25()
         bm25.index(tokenize(rows.column("search_text").to_pylist(), ids=True), show_progress=False)
         return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
@@ -310,6 +315,11 @@ class Snapshot:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def embedder(self) -> str | None:
+        """The model that made these vectors; None for a table written before tables named it."""
+        return ((self.rows.schema.metadata or {}).get(EMBEDDER_KEY) or b"").decode() or None
 
     def where(self, exclude_ids: Iterable[int] = (), **equals: str) -> np.ndarray:
         """A boolean row mask: each named column equals its value, and the id is not excluded."""
@@ -372,8 +382,7 @@ class Snapshot:
         and its sentences'), best first, at least min_cosine."""
         query = np.asarray(vector, dtype=np.float32)
         if not len(self) or self.vectors.shape[1] != len(query):
-            # Another model's vectors (`embedding_model` changed): full text only until re-indexed.
-            return []
+            return []  # another model's vectors: recall checks that first, and says so
         if len(self) + self._sentence_count() < EXACT_BELOW:
             # As torch's float16 product rounds them (the sign pass's): a memory scores alike
             # whether its table is above EXACT_BELOW or not.

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from cortex_pipelines.memory.embedder import DEFAULT_MODEL
-from cortex_pipelines.memory.snapshot import Snapshot
+from cortex_pipelines.memory.snapshot import EMBEDDER_KEY, Snapshot
 
 os.environ.setdefault("LANCE_LOG", "error")
 
@@ -44,7 +44,6 @@ KEEP_VERSIONS = timedelta(hours=1)
 
 EPISODIC = "episodic"
 SEMANTIC = "semantic"
-EMBEDDER_KEY = "embedder"
 # Tables written before their vectors named a model were all made by the default one.
 UNNAMED_EMBEDDER = DEFAULT_MODEL
 
@@ -62,7 +61,7 @@ def schema(name: str, dimensions: int, embedder: str) -> pa.Schema:
         # An episode's vector embeds only the turn with its speaker: fused with the wider full text,
         # that ranked better on LoCoMo than a vector of both turns.
         pa.field("search_text", pa.string()),
-        pa.field("vector", vector, metadata={EMBEDDER_KEY: embedder}),
+        pa.field("vector", vector, metadata={EMBEDDER_KEY: embedder.encode()}),
         pa.field("channel", pa.string()),
         pa.field("sources", pa.list_(pa.int64())),
         pa.field("category", pa.string()),
@@ -180,7 +179,7 @@ class VectorStore:
         if not self.exists(name):
             return None
         vector = self.table(name).schema.field("vector")
-        named = (vector.metadata or {}).get(EMBEDDER_KEY.encode())
+        named = (vector.metadata or {}).get(EMBEDDER_KEY)
         return (named.decode() if named else UNNAMED_EMBEDDER), vector.type.list_size
 
     def outdated(self, name: str, embedder: str, dimensions: int) -> str | None:

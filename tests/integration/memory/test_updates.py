@@ -389,6 +389,11 @@ def test_a_change_found_by_the_same_question_updates_only_what_it_is_close_to():
     assert pairs(flat_white, cortados, question="where do I live?") == []
 
 
+def _days_ago(days: int) -> str:
+    """Recent enough that a fact drawn from it is hot, as the extraction model is shown only those."""
+    return (datetime.now(UTC) - timedelta(days=days)).strftime("%Y-%m-%dT09:00:00Z")
+
+
 def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(
     settings, db, messages_server
 ):
@@ -399,7 +404,7 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         settings,
         "webchat",
         "a.json",
-        msg("webchat", "I bank with Barclays.", "bank-0", timestamp="2026-02-01T09:00:00Z"),
+        msg("webchat", "I bank with Barclays.", "bank-0", timestamp=_days_ago(5)),
     )
     ingest_inbox(settings, db)
     Brain(db, settings, OfflineClient()).drain()
@@ -414,7 +419,7 @@ def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks
         settings,
         "webchat",
         "b.json",
-        msg("webchat", "Monzo has all my accounts.", "bank-1", timestamp="2026-05-01T09:00:00Z"),
+        msg("webchat", "Monzo has all my accounts.", "bank-1", timestamp=_days_ago(2)),
     )
     ingest_inbox(settings, db)
     Brain(db, settings, OfflineClient()).drain()
