@@ -16,7 +16,7 @@ from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.recall import Hit, recall
 from cortex_pipelines.memory.recall_config import preset
 from cortex_pipelines.memory.updates import announces_change, subject_of, superseded_statement
-from cortex_pipelines.storage import Database, updates
+from cortex_pipelines.storage import Database, session, updates
 from cortex_pipelines.text import never_an_answer
 
 
@@ -38,6 +38,7 @@ def link_update(
     config = preset(settings.recall_preset)
     found = recall(db, settings, subject_of(text), k=config.update_candidates, exclude_sources={session_id})
     found += _statements_naming_the_same(db, text, session_id, found, config.update_attribute_candidates)
+    found = [hit for hit in found if hit.fact_id is None or _said_by_them(db, hit, said_by)]
     old = superseded_statement(
         text,
         session_id,
@@ -59,6 +60,15 @@ def link_update(
 
     closed = db.run(link)
     return f"updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
+
+
+def _said_by_them(db: Database, fact: Hit, said_by: tuple[str, str | None]) -> bool:
+    """Whether a fact may be updated by what `said_by` said: drawn from a turn of theirs, or of the
+    owner on another channel (other ids there). A fact from another owner's turn in the same chat
+    is that person's ("I live in Lisbon" is Ana's, not Ben's to update by moving)."""
+    channel, sender = said_by
+    speakers = db.run(session.speakers_of, list(fact.sources))
+    return any(c != channel or s == sender for c, s in speakers)
 
 
 def _statements_naming_the_same(

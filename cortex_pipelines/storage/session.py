@@ -284,6 +284,14 @@ def episodes_after(con, after_id: int, limit: int) -> list[tuple]:
     return con.execute(f"{_EPISODES} WHERE id > ? ORDER BY id LIMIT ?", [after_id, limit]).fetchall()
 
 
+def speakers_of(con, ids: list[int]) -> set[tuple[str, str | None]]:
+    """Who said the given turns: (channel, sender) pairs."""
+    rows = con.execute(
+        "SELECT DISTINCT channel, sender FROM session WHERE list_contains(?::BIGINT[], id)", [ids]
+    ).fetchall()
+    return {(channel, sender) for channel, sender in rows}
+
+
 def episodes_of(con, ids: list[int]) -> list[tuple]:
     """The given turns as `episodes_after` returns them: after an erasure, the turns that were paired
     with an erased one are paired with the user turn before it that remains."""

@@ -146,9 +146,12 @@ def test_in_a_chat_of_two_owners_one_persons_change_supersedes_only_their_own_st
             f"{n}.json",
             {**msg("webchat", text, f"said-{n}", timestamp=at), "sender": who},
         )
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
+        ingest_inbox(settings, db)
+        Brain(db, settings, OfflineClient()).drain()
+        # A run between them has drawn a fact from Ana's turn: it is hers too, not Ben's to update.
+        extract_new_facts(db, vector_store(settings.paths.lance), embedder_for(settings), settings, None)
     assert db.query("SELECT count(*) FROM statement_updates") == [(0,)]
+    assert db.query("SELECT count(*) FROM facts WHERE valid_to IS NOT NULL") == [(0,)]
 
     drop(
         settings,
