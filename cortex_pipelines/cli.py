@@ -273,12 +273,14 @@ def run(
             _fail("interrupted while waiting for another run; nothing was started", code=130)
         # Without -v a failed step is one line below, not Dagster's stack trace.
         level = "DEBUG" if verbose else "CRITICAL"
-        backlog = unindexed_turns(db, vector_store(settings.paths.lance), embedder_for(settings))
+        backlog, again = unindexed_turns(db, vector_store(settings.paths.lance), embedder_for(settings))
         if backlog >= LONG_INDEXING_TURNS and not verbose:
-            _say(
-                f"indexing {backlog:,} messages not in memory yet: this run takes minutes "
-                "(`cortex run -v` shows each step)"
+            what = (
+                f"re-embedding {backlog:,} messages with {settings.embedding_model}"
+                if again
+                else f"indexing {backlog:,} messages not in memory yet"
             )
+            _say(f"{what}: this run takes minutes (`cortex run -v` shows each step)")
         before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not ours
         try:
             result = defs.resolve_job_def("cortex_main").execute_in_process(

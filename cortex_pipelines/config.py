@@ -295,12 +295,12 @@ class Settings(BaseSettings):
     @field_validator("embedding_model")
     @classmethod
     def _model_folder(cls, model: str) -> str:
-        """A path that names no model folder fails here, not at the first run's embedding. A model
-        name is looked up in the Hugging Face cache only when the model loads."""
+        """A model that cannot load offline fails here, in one line, not in every command that
+        embeds: a folder without a model, or a name neither shipped, installed nor cached."""
         if model in INSTALLABLE:
             installed_folder(model)  # else one line naming `cortex model install`
             return model
-        if model.startswith(("/", "~", ".")) or model.count("/") > 1:
+        if model.startswith(("/", "~", ".")) or model.count("/") > 1 or Path(model).is_dir():
             folder = Path(model).expanduser().resolve()  # one name per folder: it names the vectors
             if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
                 raise ValueError(f"{model!r} is not a sentence-transformers model folder")

@@ -30,7 +30,7 @@ import numpy as np
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.memory.models import DEFAULT_MODEL, INSTALLABLE, installed_folder
+from cortex_pipelines.memory.models import DEFAULT_MODEL, INSTALLABLE, installed_folder, user_cache
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +223,7 @@ class QueryEncoderMismatch(ValueError):
 
 
 def onnx_cache() -> Path:
-    """Exports are per user, not per instance: every CORTEX_HOME (and test) shares one."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cortex" / "onnx"
+    return user_cache("onnx")
 
 
 def weights_digest(source: Path) -> str:

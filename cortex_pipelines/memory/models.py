@@ -65,9 +65,13 @@ class InstallFailed(RuntimeError):
     """The wheels could not be fetched, or what they hold is not the archive that was measured."""
 
 
+def user_cache(kind: str) -> Path:
+    """Per user, not per instance: every CORTEX_HOME (and test) on the machine shares one copy."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cortex" / kind
+
+
 def models_dir() -> Path:
-    """Per user, as the ONNX exports are: every CORTEX_HOME on the machine shares one copy."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cortex" / "models"
+    return user_cache("models")
 
 
 def installed_folder(name: str) -> Path:

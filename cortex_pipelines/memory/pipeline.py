@@ -105,7 +105,7 @@ def index_episodes(
 ) -> int:
     """Embed every session message not yet in the episodic table, in batches, resumably."""
     total, model = 0, embedder_id(embedder)
-    why = vectors.outdated(EPISODIC, model, embedder.dimensions)
+    why = vectors.outdated(EPISODIC, model)
     if why:
         vectors.drop(EPISODIC)
         db.run(cursors.write, EPISODIC_CURSOR, 0)
@@ -156,13 +156,13 @@ def index_episodes(
     return total
 
 
-def unindexed_turns(db: Database, vectors: VectorStore, embedder: Embedder) -> int:
-    """Turns episodic indexing has yet to embed: after importing years of history, or changing
-    `embedding_model` (every turn again), the first run's indexing takes minutes (about 150 texts a
-    second on two cores with all-MiniLM-L6-v2)."""
-    if vectors.outdated(EPISODIC, embedder_id(embedder), embedder.dimensions):
-        return db.run(session.count_after, 0)
-    return db.run(session.count_after, db.run(cursors.read, EPISODIC_CURSOR))
+def unindexed_turns(db: Database, vectors: VectorStore, embedder: Embedder) -> tuple[int, bool]:
+    """Turns episodic indexing has yet to embed, and whether that is all of them again (a changed
+    `embedding_model`): after importing years of history the first run's indexing takes minutes
+    (about 150 texts a second on two cores with all-MiniLM-L6-v2)."""
+    if vectors.outdated(EPISODIC, embedder_id(embedder)):
+        return db.run(session.count_after, 0), True
+    return db.run(session.count_after, db.run(cursors.read, EPISODIC_CURSOR)), False
 
 
 def index_episodes_for_recall(
@@ -210,7 +210,7 @@ def sync_facts(
     command in a process configured with another model had dropped it under a running one; until
     then the facts wait in DuckDB, unindexed."""
     model = embedder_id(embedder)
-    why = vectors.outdated(SEMANTIC, model, embedder.dimensions)
+    why = vectors.outdated(SEMANTIC, model)
     if why and not rebuild_outdated:
         return 0
     if why:
@@ -246,7 +246,7 @@ def remember(
         return report
     sync = partial(sync_facts, db, vectors, embedder, settings, rebuild_outdated=rebuild_outdated)
     sync()  # dedupe must see every active fact
-    same_space = vectors.outdated(SEMANTIC, embedder_id(embedder), embedder.dimensions) is None
+    same_space = vectors.outdated(SEMANTIC, embedder_id(embedder)) is None
     by_hash = db.run(facts.active_by_hash, [norm_hash(d.text) for d in drafts])
     vecs = embedder.encode_batch([d.text for d in drafts])
     reinforcements: list[tuple[int, FactDraft]] = []
@@ -315,6 +315,9 @@ def extract_new_facts(
     each call after the first: the first run after importing 56,000 turns would have made 1,400
     calls on a 200,000-token day); the rest are extracted with patterns, as when the day's budget
     was spent before the run."""
+    # Facts another model embedded are re-embedded now, new turns or not (`cortex dev` runs this
+    # asset only when turns arrive; its maintenance runs daily).
+    sync_facts(db, vectors, embedder, settings, log=log, rebuild_outdated=True)
     cursor = db.run(cursors.read, EXTRACTION_CURSOR)
     latest = db.run(session.latest_id)  # read first: a turn recorded meanwhile is read now or next time
     rows = db.run(session.to_extract_after, cursor)

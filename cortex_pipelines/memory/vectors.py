@@ -85,6 +85,9 @@ def schema(name: str, dimensions: int, embedder: str) -> pa.Schema:
     )
 
 
+COLUMNS = {name: set(schema(name, 1, "").names) for name in (EPISODIC, SEMANTIC)}
+
+
 # lancedb imports model classes from this package, whose __init__ also imports its REST API classes:
 # about 370 methods wrapped in pydantic's validate_call, 1.5-2 s of start-up on 2 cores in every
 # process that touches memory. Cortex never talks to a REST namespace.
@@ -182,15 +185,18 @@ class VectorStore:
         named = (vector.metadata or {}).get(EMBEDDER_KEY)
         return (named.decode() if named else UNNAMED_EMBEDDER), vector.type.list_size
 
-    def outdated(self, name: str, embedder: str, dimensions: int) -> str | None:
+    def outdated(self, name: str, embedder: str) -> str | None:
         """Why a table must be rebuilt from DuckDB, if it must: it predates a column, or another
-        model made its vectors (a changed `embedding_model`)."""
-        made = self.embedded_by(name)
-        if made is None:
+        model made its vectors (a changed `embedding_model`). By name: learning a model's width
+        may mean loading it, and every `cortex forget` asks."""
+        if not self.exists(name):
             return None
-        if made != (embedder, dimensions):
-            return f"its vectors are {made[0]}'s ({made[1]} wide), not {embedder}'s ({dimensions} wide)"
-        if set(schema(name, dimensions, embedder).names) - set(self.table(name).schema.names):
+        table_schema = self.table(name).schema
+        named = (table_schema.field("vector").metadata or {}).get(EMBEDDER_KEY)
+        made_by = named.decode() if named else UNNAMED_EMBEDDER
+        if made_by != embedder:
+            return f"its vectors are {made_by}'s, not {embedder}'s"
+        if COLUMNS[name] - set(table_schema.names):
             return "it predates its current columns"
         return None
 

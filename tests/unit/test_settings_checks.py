@@ -64,7 +64,7 @@ def test_an_embedding_model_folder_or_name_is_accepted_without_loading(tmp_path,
     (folder / "modules.json").write_text("[]")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path / "models")
-    for written in (str(folder), f"{folder}/", "~/models/minilm", "./minilm"):
+    for written in (str(folder), f"{folder}/", "~/models/minilm", "./minilm", "minilm"):
         monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", written)
         assert load_settings().embedding_model == str(folder)
     monkeypatch.setenv("CORTEX_EMBEDDING_MODEL", "all-MiniLM-L6-v2")

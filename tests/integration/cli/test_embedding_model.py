@@ -83,7 +83,7 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     cortex("save", "My passport expires in March.", home=home, env=narrower)
     assert _made_by(home)[SEMANTIC] == (DEFAULT_MODEL, 384)
     db, store = Database(home / "cortex.duckdb"), VectorStore(home / "lance")
-    assert unindexed_turns(db, store, Embedder(str(narrower_model))) == db.run(session.count_after, 0)
+    assert unindexed_turns(db, store, Embedder(str(narrower_model))) == (db.run(session.count_after, 0), True)
 
     said = cortex("status", home=home, env=narrower).stdout
     assert (
@@ -106,8 +106,8 @@ def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp
     )
     assert found[0]["text"] == "My passport expires in March." and found[0]["fact_id"]
 
-    cortex("run", home=home)  # back to the default model
-    assert _made_by(home)[EPISODIC] == (DEFAULT_MODEL, 384)
+    cortex("run", home=home)  # back to the default model, with no new message
+    assert _made_by(home) == {EPISODIC: (DEFAULT_MODEL, 384), SEMANTIC: (DEFAULT_MODEL, 384)}
     assert STATEMENT in _found(home, QUESTION)
 
 

@@ -101,9 +101,9 @@ def test_an_episodic_table_without_the_neighbour_column_is_rebuilt(settings, db,
     model = embedder_id(embedder)
     old = pa.schema([f for f in schema(EPISODIC, 384, model) if f.name != "prev_id"])
     vectors._db().create_table(EPISODIC, schema=old)
-    assert vectors.outdated(EPISODIC, model, 384) == "it predates its current columns"
+    assert vectors.outdated(EPISODIC, model) == "it predates its current columns"
     assert index_episodes(db, vectors, embedder, settings) == 2
-    assert vectors.outdated(EPISODIC, model, 384) is None
+    assert vectors.outdated(EPISODIC, model) is None
     rows = vectors.table(EPISODIC).search().select(["id", "prev_id"]).to_arrow().to_pylist()
     assert sorted((r["id"], r["prev_id"]) for r in rows) == [(ids[0], None), (ids[1], ids[0])]
 
