@@ -271,6 +271,10 @@ def forget_message(
     and the exchanges that quoted it: soft, undone by unforget_message. Erasure is for text that
     must go for good."""
     why = f"{caller.door}: {(reason or '').strip() or 'asked by the owner'}"
+    if drawn := db.run(facts.active_drawn_from, turn_id):
+        # Hiding the message would leave its facts in every prompt, recall and the bulletin.
+        ids = ", ".join(map(str, drawn))
+        raise ControlError(f"message {turn_id} has fact(s) {ids}: forget those (`cortex forget {drawn[0]}`)")
     quoting = db.run(facts.forget_turn, turn_id, why)
     if quoting is None:
         raise ControlError(

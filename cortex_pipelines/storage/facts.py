@@ -209,6 +209,14 @@ def _quoting_exchanges(con, text: str, sources: list[int]) -> tuple[list[int], l
     return sorted(messages), sorted(turns)
 
 
+def active_drawn_from(con, session_id: int) -> list[int]:
+    """The active facts drawn from a turn."""
+    rows = con.execute(
+        "SELECT id FROM facts WHERE status = 'active' AND list_contains(sources, ?) ORDER BY id", [session_id]
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def forget_turn(con, session_id: int, reason: str) -> list[int] | None:
     """A message of the owner's that produced no fact is forgotten as a fact is: its exchange and
     the exchanges elsewhere that quoted it stop being used. Returns the messages of those; None:

@@ -276,6 +276,13 @@ def test_a_message_that_produced_no_fact_can_be_forgotten_and_remembered_again(t
     (hit,) = [h for h in found if "7718-KW" in h["text"]]
     assert "fact_id" not in hit  # the premise: no fact holds it, so `cortex forget FACT_ID` cannot
     turn = hit["sources"][0]
+    # A message that did produce a fact is not hidden behind its fact's back: that fact stays used.
+    (seat,) = [h for h in _json(cortex("recall", "window seats", "--json", home=home)) if h.get("fact_id")]
+    refused = cortex("forget", "--turn", str(seat["sources"][0]), home=home, check=False)
+    assert refused.returncode == 2
+    assert (
+        f"has fact(s) {seat['fact_id']}: forget those (`cortex forget {seat['fact_id']}`)" in refused.stderr
+    )
 
     said = cortex("--now", "+5h", "forget", "--turn", str(turn), home=home).stdout.strip()
     assert said == f"forgot message {turn}; also hidden: 1 exchange that quoted it"
