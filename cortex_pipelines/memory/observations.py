@@ -76,9 +76,11 @@ def _names(text: str) -> set[str]:
 def _topics(turns: list[Turn]) -> list[Observation]:
     """Names (capitalized somewhere mid-sentence, so not just a sentence start) by day. A word the
     user also writes in lower case is an ordinary word capitalized after unpunctuated chat ("k Had
-    lunch", "ok Let me see"), not a name: two years of history kept coming back to "Had" and "Let"."""
+    lunch", "ok Let me see"), not a name: two years of history kept coming back to "Had" and "Let".
+    A name of several words goes only when every word of it is also written in lower case: "new"
+    does not make "New York" a phrase."""
     lower = {w for t in turns for w in _LOWER_WORD.findall(t.content)}
-    proper = {n for t in turns for n in _names(t.content) if n.split()[0].lower() not in lower}
+    proper = {n for t in turns for n in _names(t.content) if not all(w.lower() in lower for w in n.split())}
     days: dict[str, set] = defaultdict(set)
     ids: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:

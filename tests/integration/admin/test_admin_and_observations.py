@@ -195,11 +195,11 @@ def _week(settings) -> None:
     start = datetime(2026, 11, 16, 8, 0)
     lines = {
         0: ("webchat", "I live in Lisbon and work on the Helios redesign ok Had a call about it."),
-        1: ("telegram", "Is the Helios review still on? Lisbon is rainy today."),
-        2: ("webchat", "Helios wants a darker chart lol Had to laugh."),
-        3: ("telegram", "Coffee first, then the Helios dashboard k Had to."),
+        1: ("telegram", "Is the Helios review still on? Lisbon is rainy today, sunny in New York."),
+        2: ("webchat", "Helios wants a darker chart and a new logo lol Had to laugh."),
+        3: ("telegram", "Coffee first, then the Helios dashboard k Had to. Still thinking of New York."),
         4: ("webchat", "What is left on Helios before the deadline?"),
-        5: ("telegram", "Lazy Saturday at home, had a nap."),
+        5: ("webchat", "Lazy Saturday at home, had a nap in the new chair. Flights to New York are cheap."),
     }
     for day, (channel, text) in lines.items():
         when = start + timedelta(days=day, minutes=10 * day)
@@ -220,6 +220,8 @@ def test_observations_from_a_fixture_week_carry_their_sources(settings, db, monk
     texts = {o.text: o for o in report.found}
     # "Had" after unpunctuated chat on three days is a word the user also writes in lower case
     assert not [t for t in texts if "Had" in t], list(texts)
+    # ... while "new" in lower case does not take "New York" with it
+    assert "The user keeps coming back to New York: it comes up on several days a week." in texts, list(texts)
     helios = texts["The user keeps coming back to Helios: it comes up on several days a week."]
     lisbon = texts["Lisbon matters to the user: it comes up on more than one channel."]
     mornings = texts["The user is usually active between 08:00 and 10:00 (UTC)."]
