@@ -16,6 +16,7 @@ kept the paraphrase figures but cost LoCoMo R@10 0.1 (check half) and 0.3 (tune 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -273,7 +274,10 @@ def export_query_encoder(embedder: Embedder, source: Path, path: Path) -> None:
     import torch
 
     model = embedder._load()
-    transformer = model[0].auto_model.eval()
+    # From a copy on the CPU, where the export runs: on a CUDA machine the loaded model is on the
+    # GPU, and tracing it with the CPU example failed, so every process there tried the export
+    # (seconds) and then embedded its queries with torch.
+    transformer = copy.deepcopy(model[0].auto_model).cpu().eval()
 
     class Pooled(torch.nn.Module):
         def __init__(self):

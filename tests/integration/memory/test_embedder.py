@@ -98,6 +98,24 @@ def test_cuda_embeddings_match_cpu():
     assert np.allclose(cpu, gpu, atol=1e-3)
 
 
+@pytest.mark.gpu
+def test_on_a_cuda_machine_queries_still_embed_through_the_onnx_export(monkeypatch, tmp_path, caplog):
+    """With the model on the GPU (device auto), the export traced it with a CPU example and failed:
+    every process there logged "queries embed with torch" after seconds spent trying (seen on an
+    H200 with bench/gpu.py)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    embedder = Embedder()  # auto: the torch model loads on cuda
+    reference = embedder.encode(QUESTIONS)
+    assert embedder.device == "cuda" and embedder.prepare_queries(), caplog.text
+    queries = np.array([embedder.encode_query(q) for q in QUESTIONS])
+    assert (queries * reference).sum(axis=1).min() >= 0.999
+    assert "queries embed with torch" not in caplog.text
+    assert len(list((tmp_path / "cache").rglob("*.onnx"))) == 1
+
+
 def test_a_query_on_cpu_embeds_through_an_onnx_export_close_to_torch(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     embedder = Embedder(device="cpu")
