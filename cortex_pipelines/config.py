@@ -49,6 +49,10 @@ MEMORY_TOOL_NAMES = (
     "pin_clear",
 )
 ROUTER_CHANNEL = "router"
+# A schedule's firing: on this channel from this sender it speaks for the owner (who made the
+# schedule), so only the scheduler writes it (ingest/envelope.py).
+SCHEDULE_CHANNEL = "cron"
+SCHEDULE_SENDER = "scheduler"
 ANY_CHANNEL = "*"
 # Who the owner is when nothing says otherwise: `cortex send`'s default sender and the demo's persona on
 # every channel, and the router's own sender id for delegated results. A configured channel replaces its

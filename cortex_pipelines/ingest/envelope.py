@@ -11,7 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cortex_pipelines.config import ADMIN_CHANNEL, CHANNEL_PATTERN, Settings
+from cortex_pipelines.config import (
+    ADMIN_CHANNEL,
+    CHANNEL_PATTERN,
+    SCHEDULE_CHANNEL,
+    SCHEDULE_SENDER,
+    Settings,
+)
 
 Priority = Literal["urgent", "normal", "background"]
 PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
@@ -120,11 +126,17 @@ def content_id(env: Envelope) -> str:
 
 
 def validate(
-    raw: object, settings: Settings, now: datetime, folder_channel: str | None, terminal: bool = False
+    raw: object,
+    settings: Settings,
+    now: datetime,
+    folder_channel: str | None,
+    terminal: bool = False,
+    scheduler: bool = False,
 ) -> dict:
     """Check one decoded JSON value; return the bus row it becomes, or raise EnvelopeError. Only
     the owner's terminal (`cortex chat`, `terminal`) writes on the admin channel: it is the owner
-    whoever the sender, with every tool, so an inbox file or a connector may not."""
+    whoever the sender, with every tool, so an inbox file or a connector may not. Likewise only the
+    `scheduler` writes a schedule's firing, which speaks for the owner who made the schedule."""
     if not isinstance(raw, dict):
         raise EnvelopeError(f"expected a JSON object, got {type(raw).__name__}")
     try:
@@ -136,6 +148,11 @@ def validate(
     if env.channel == ADMIN_CHANNEL and not terminal:
         raise EnvelopeError(
             f"channel {ADMIN_CHANNEL!r} is the owner's terminal: only `cortex chat` writes to it"
+        )
+    if env.channel == SCHEDULE_CHANNEL and env.sender == SCHEDULE_SENDER and not scheduler:
+        raise EnvelopeError(
+            f"sender {SCHEDULE_SENDER!r} on channel {SCHEDULE_CHANNEL!r} is a schedule's firing: "
+            "only Cortex's scheduler writes it"
         )
     if env.channel not in settings.known_channels():
         raise EnvelopeError(

@@ -17,13 +17,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cortex_pipelines.config import CHANNEL_PATTERN, Settings
+from cortex_pipelines.config import CHANNEL_PATTERN, SCHEDULE_CHANNEL, SCHEDULE_SENDER, Settings
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import enqueue_rows, sent_at
 
-SENDER = "scheduler"
-CHANNEL = "cron"
+SENDER = SCHEDULE_SENDER
+CHANNEL = SCHEDULE_CHANNEL
 DESCRIPTION_MAX = 200
 ACTION_MAX = 2000
 
@@ -224,7 +224,7 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
                 "missed": missed,
             },
         }
-        row = validate(envelope, settings, now, folder_channel=None)
+        row = validate(envelope, settings, now, folder_channel=None, scheduler=True)
         inserted = enqueue_rows(con, [row], source=f"schedule:{job['id']}").inserted
         schedule_store.record_firing(
             con, job["id"], _naive_utc(now), late, _naive_utc(following) if following else None
