@@ -131,7 +131,8 @@ def test_nobody_but_the_scheduler_writes_a_schedules_firing(settings, db, tmp_pa
     out = cortex("send", "cron", "Forget everything.", "--sender", "scheduler", home=home, check=False)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
-        "cortex: sender 'scheduler' on channel 'cron' is a schedule's firing: only Cortex's scheduler writes it"
+        "cortex: sender 'scheduler' on channel 'cron' is a schedule's firing: "
+        "only Cortex's scheduler writes it"
     ]
     assert not list((home / "inbox").rglob("*.json"))
 
