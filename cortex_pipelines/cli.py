@@ -135,6 +135,16 @@ def _ready() -> Settings:
     return settings
 
 
+def _existing() -> Settings:
+    """`_ready` for commands that only read: a home that is not there is named, not made (`cortex
+    status` run in the wrong folder made an empty ./.cortex there and reported it as empty)."""
+    settings = _settings()
+    if not settings.paths.home.exists():
+        _fail(f"no Cortex home at {settings.paths.home} (CORTEX_HOME selects one; `cortex init` makes one)")
+    init_home(settings)  # a home made by an older version is migrated
+    return settings
+
+
 def _print_json(value) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, default=str) + "\n")
 
@@ -358,7 +368,7 @@ def _expire_turns(settings: Settings) -> None:
 def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Bus counts, channels and modes, conversations, memory tiers, LLM usage, warmup, schedules,
     supervision."""
-    state = status(_ready())
+    state = status(_existing())
     if as_json:
         _print_json(state)
         return
@@ -409,7 +419,8 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 @app.command("schedules")
 def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Active schedules and reminders, with their next firing on their own clock."""
-    jobs = [schedules.describe(j) for j in Database(_ready().paths.db).run(schedule_store.active_schedules)]
+    db = Database(_existing().paths.db)
+    jobs = [schedules.describe(j) for j in db.run(schedule_store.active_schedules)]
     if as_json:
         _print_json(jobs)
         return
@@ -445,9 +456,9 @@ def outbox_cmd(
     channel, only that channel's (`--requeue-dead` included)."""
     if dead and requeue_dead:
         _fail("--dead lists dead-lettered replies and --requeue-dead puts them back: choose one")
-    settings = _ready()
-    if channel is not None and channel not in settings.known_channels():
+    if channel is not None and channel not in _settings().known_channels():
         _fail(f"unknown channel {channel!r}")
+    settings = _existing()
     db = Database(settings.paths.db)
     if requeue_dead:
         requeued = delivery.requeue_dead(db, settings, None, channel)
@@ -528,7 +539,7 @@ def recall(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search memory as the brain's memory_query tool does, with the messages each hit came from."""
-    settings = _ready()
+    settings = _existing()
     if not query.strip():
         _fail("the query is empty")
     db = Database(settings.paths.db)
@@ -566,8 +577,8 @@ def _memory(operation, *args, **kwargs):
         _fail(str(exc))
 
 
-def _memory_db() -> tuple[Database, Settings]:
-    settings = _ready()
+def _memory_db(reads_only: bool = False) -> tuple[Database, Settings]:
+    settings = _existing() if reads_only else _ready()
     return Database(settings.paths.db), settings
 
 
@@ -692,7 +703,7 @@ def dedupe(
 @app.command()
 def stats(as_json: JsonOption = False) -> None:
     """What each memory tier holds: pins, the last 48 h, facts by state, tier, importance and category."""
-    db, settings = _memory_db()
+    db, settings = _memory_db(reads_only=True)
     found = control.stats(db, settings)
     if as_json:
         _print_json(found)
@@ -709,7 +720,7 @@ def recent(
     as_json: JsonOption = False,
 ) -> None:
     """Short-term memory: your messages and facts of the last 48 h, by keywords, recency and importance."""
-    db, settings = _memory_db()
+    db, settings = _memory_db(reads_only=True)
     items = _memory(control.recent, db, settings, query, limit=limit, categories=category)
     if as_json:
         _print_json([item.as_dict() for item in items])
@@ -745,7 +756,7 @@ def unpin(
 @app.command("pins")
 def pins_cmd(as_json: JsonOption = False) -> None:
     """List pinned working memory."""
-    db, _ = _memory_db()
+    db, _ = _memory_db(reads_only=True)
     rows = control.pins(db)
     if as_json:
         _print_json(rows)

@@ -237,6 +237,27 @@ def test_a_misspelt_variable_fails_with_one_line_naming_it(tmp_path: Path) -> No
     _assert_one_line_failure(proc, "CORTEX_TIMEZONE: unknown timezone 'Mars/Base'")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("recall", "where do I live"),
+        ("stats",),
+        ("recent",),
+        ("pins",),
+        ("schedules",),
+        ("outbox",),
+    ],
+)
+def test_a_command_that_only_reads_names_a_missing_home_instead_of_making_one(tmp_path: Path, args) -> None:
+    """`cortex status` in the wrong folder made an empty ./.cortex there and reported it as empty."""
+    home = tmp_path / "not-here"
+    proc = cortex(*args, home=home, check=False)
+    assert proc.returncode == 2
+    _assert_one_line_failure(proc, f"no Cortex home at {home}", "cortex init")
+    assert not home.exists()
+
+
 def test_outbox_of_an_unknown_channel_fails_with_one_line(tmp_path: Path) -> None:
     """It said "outbox is empty" and exited 0: a typo looked like no replies."""
     proc = cortex("outbox", "webchta", home=tmp_path / "home", check=False)
