@@ -13,6 +13,14 @@ import duckdb
 
 from cortex_pipelines.config import Paths, Settings
 from cortex_pipelines.ingest.inbox import rejected_files
+from cortex_pipelines.memory.embedder import (
+    mean_pooled_transformer,
+    model_dimensions,
+    onnx_cache,
+    resolve_model_path,
+    weights_digest,
+)
+from cortex_pipelines.memory.models import INSTALLABLE
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
 from cortex_pipelines.memory.snapshot import Snapshot
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
@@ -155,6 +163,31 @@ def _lance_table(vectors: VectorStore, name: str, expected: _Expected | None) ->
     return Check(store, where, True, detail)
 
 
+WEIGHTS = ("*.safetensors", "pytorch_model.bin")
+
+
+def _embeddings(settings: Settings, vectors: VectorStore) -> Check:
+    """The embedding model the settings name: its weights on disk (a folder that lost them passed
+    the start-up check, then every indexing run failed), its query export, and whether every
+    table's vectors are its own (another model's are re-embedded by the next run: not damage)."""
+    name = settings.embedding_model
+    source = Path(resolve_model_path(name))
+    if not source.is_dir():  # a name in the Hugging Face cache, checked at start-up
+        return Check("embeddings", source, True, f"{name} (from the Hugging Face cache)")
+    if not any(next(source.glob(pattern), None) for pattern in WEIGHTS):
+        repair = f"cortex model install {name}" if name in INSTALLABLE else "put the model's files back"
+        whose = f" for {name}" if name != str(source) else ""
+        return Check("embeddings", source, False, f"no weights in {source}{whose}", repair)
+    detail = f"{name}, {model_dimensions(source) or '?'} dims"
+    if mean_pooled_transformer(source):
+        made = (onnx_cache() / f"{Path(name).name}-{weights_digest(source)}.onnx").is_file()
+        detail += ", query encoder " + ("ready" if made else "not made yet (the first query makes it)")
+    others = {vectors.embedded_by(table)[0] for table in (EPISODIC, SEMANTIC) if vectors.exists(table)}
+    if others - {name}:
+        detail += f"; vectors still {', '.join(sorted(others - {name}))}'s: the next `cortex run` re-embeds"
+    return Check("embeddings", source, True, detail)
+
+
 def _snapshots(vectors: VectorStore) -> Check:
     damaged, loaded = [], 0
     for name in (EPISODIC, SEMANTIC):
@@ -269,6 +302,7 @@ def check_all(settings: Settings) -> list[Check]:
         _backups(paths),
         _lance_table(vectors, EPISODIC, expected),
         _lance_table(vectors, SEMANTIC, expected),
+        _embeddings(settings, vectors),
         _snapshots(vectors),
         _inbox(paths),
         _writable("outputs", paths.out),

@@ -485,3 +485,22 @@ def test_backups_before_a_migration_and_daily_keep_the_newest_user_only(tmp_path
     assert len(kept) == 3 and not backup.due(path)
     assert [p.name for p in kept[1:]] == ["cortex-20260109T120000Z.duckdb", "cortex-20260108T120000Z.duckdb"]
     assert backup.verify(kept[0]) == latest
+
+
+def test_doctor_names_the_embedding_model_and_a_model_folder_that_lost_its_weights(home, tmp_path):
+    """A model folder whose weights were deleted passed the start-up check; then every indexing run
+    failed its memory steps, and doctor said every store was fine."""
+    healthy = _doctor_lines(cortex("doctor", home=home))
+    assert healthy["embeddings"].startswith("ok       all-MiniLM-L6-v2, 384 dims, query encoder")
+
+    from cortex_pipelines.memory.embedder import resolve_model_path
+
+    folder = tmp_path / "minilm"
+    shutil.copytree(resolve_model_path("all-MiniLM-L6-v2"), folder)
+    (folder / "model.safetensors").unlink()
+    doctor = cortex("doctor", home=home, env={"CORTEX_EMBEDDING_MODEL": str(folder)})
+    assert doctor.returncode == 1
+    assert (
+        _doctor_lines(doctor)["embeddings"] == f"damaged  no weights in {folder} → put the model's files back"
+    )
+    assert _doctor_lines(doctor)["duckdb"].startswith("ok")
