@@ -304,10 +304,15 @@ def _publish_now(db: Database, settings: Settings) -> None:
         republish_snapshot(db, settings)
     except OSError as exc:
         log.warning("could not write %s: %s", settings.paths.hot_snapshot, exc.strerror or exc)
-    for name, write in (("narrative", narrative.write_narrative), ("boot_context", boot.write_boot_context)):
-        result = write(db, settings) if settings.paths.published[name].is_file() else None
-        if result is not None and result.error:
-            log.warning(result.error)
+    _rewrite_published(db, settings, "narrative", narrative.write_narrative)
+    _rewrite_published(db, settings, "boot_context", boot.write_boot_context)
+
+
+def _rewrite_published(db: Database, settings: Settings, name: str, write) -> None:
+    """Write a published file again from the database now; one not yet written stays unwritten."""
+    result = write(db, settings) if settings.paths.published[name].is_file() else None
+    if result is not None and result.error:
+        log.warning(result.error)
 
 
 # -- duplicates ----------------------------------------------------------------------------------
@@ -484,10 +489,8 @@ def clear_pins(db: Database, settings: Settings) -> list[dict]:
 
 def _publish_pins(db: Database, settings: Settings) -> None:
     """BOOTSTRAP.md lists the pins: a pin changed or unpinned must show there now, as a forget does
-    (`_publish_now`), not at the next run; a file not yet written stays unwritten."""
-    result = boot.write_boot_context(db, settings) if settings.paths.bootstrap.is_file() else None
-    if result is not None and result.error:
-        log.warning(result.error)
+    (`_publish_now`), not at the next run."""
+    _rewrite_published(db, settings, "boot_context", boot.write_boot_context)
 
 
 # -- views ---------------------------------------------------------------------------------------
