@@ -181,13 +181,19 @@ class Firing:
     bus_id: int | None  # None when this firing was already on the bus
 
 
-def _firing_text(job: dict, due_local: datetime, late: bool, missed: int) -> str:
+def _firing_text(job: dict, due_local: datetime, late: bool, missed: int, max_bytes: int) -> str:
+    """What the brain is told when a job is due, within the bus's size limit: the action is cut
+    (with "…") when a lower CORTEX_MAX_TEXT_BYTES than the one it was made under leaves it too
+    long; refused, it stopped every due job and crashed every run."""
     when = due_local.strftime("%a %d %b %H:%M %Z")
     note = ""
     if late:
         note = f" It was due at {when} and is delivered late because Cortex was not running"
         note += f" ({missed} earlier firing(s) were folded into this one)." if missed else "."
-    return f"Scheduled job {job['id']} ({job['description']}) is due, {when}.{note}\nAction: {job['action']}"
+    text = f"Scheduled job {job['id']} ({job['description']}) is due, {when}.{note}\nAction: {job['action']}"
+    if len(text.encode()) <= max_bytes:
+        return text
+    return text.encode()[: max_bytes - len("…".encode())].decode(errors="ignore") + "…"
 
 
 def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
@@ -210,7 +216,7 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
             "channel": CHANNEL,
             "external_id": f"{job['id']}@{due.strftime('%Y-%m-%dT%H:%MZ')}",
             "sender": SENDER,
-            "text": _firing_text(job, due_local, late, missed),
+            "text": _firing_text(job, due_local, late, missed, settings.max_text_bytes),
             "priority": "normal",
             "topic": job["topic"],
             "timestamp": due.isoformat(),

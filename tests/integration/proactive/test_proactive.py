@@ -401,3 +401,22 @@ def test_every_tool_name_is_one_the_messages_api_accepts():
     names = [t.name for t in TOOLS]
     assert len(names) == len(set(names)) and all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
     assert {"schedule_create", "schedule_list", "schedule_delete"} <= set(names)
+
+
+def test_a_reminder_too_long_for_the_bus_limit_is_cut_and_the_others_still_fire(tmp_path):
+    """A reminder made under a higher CORTEX_MAX_TEXT_BYTES than the one in force at its firing was
+    refused by the bus: every due job stopped and every `cortex run` crashed (QA, helper-26)."""
+    home = tmp_path / "home"
+    long_task = " ".join(f"word{i:04d}" for i in range(220))
+    cortex("send", "webchat", "remind me in 2 minutes to drink water", home=home)
+    cortex("send", "webchat", f"remind me in 5 minutes to {long_task}", home=home)
+    cortex("run", home=home)
+    assert len(json.loads(cortex("schedules", "--json", home=home).stdout)) == 2
+
+    fired = cortex("--now", "+7m", "run", home=home, env={"CORTEX_MAX_TEXT_BYTES": "2048"})
+    assert "fired 2 schedule(s)" in fired.stdout
+    replies = [r["text"] for r in json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)]
+    assert any(r.startswith("Reminder: drink water") for r in replies), replies
+    (long_reminder,) = [r for r in replies if "word0000" in r and r.startswith("Reminder:")]
+    assert "word0219" in long_reminder  # the firing's text was cut, the job's action was not
+    assert json.loads(cortex("schedules", "--json", home=home).stdout) == []
