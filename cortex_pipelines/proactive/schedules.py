@@ -225,6 +225,7 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
                 "description": job["description"],
                 "action": job["action"],
                 "target_channel": job["target_channel"],
+                "asked_in": job["created_by"],  # the reply goes to that conversation
                 "due_at": due_local.isoformat(),
                 "late": late,
                 "missed": missed,

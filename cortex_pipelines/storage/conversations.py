@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from cortex_pipelines.config import SCHEDULE_CHANNEL, SCHEDULE_SENDER
 from cortex_pipelines.storage.rows import dict_rows
 
 
@@ -44,13 +45,24 @@ def key_of(con, channel: str, metadata: str, thread: str | None) -> str:
 
 
 def addressed(con, bus_id: int, channel: str, owners: list[str]) -> tuple[int | None, str]:
-    """Where a reply on `channel` to message `bus_id` goes: that message when it came on `channel`,
-    else (a `[[send_to:channel]]`, a schedule's target) the newest message an owner sent on
+    """Where a reply on `channel` to message `bus_id` goes: that message when it came on `channel`;
+    for a schedule's firing, the message that asked for the schedule when it came on `channel` (a
+    reminder asked for in one chat or thread had gone to whichever the owner wrote in last, another
+    group's included); else (a `[[send_to:channel]]`) the newest message an owner sent on
     `channel`, so the reply joins the owner's latest conversation there, thread included.
     Returns (that bus id or None when no owner ever wrote there, the reply's conversation)."""
     row = con.execute(
         f"SELECT id, {OF_BUS} FROM bus WHERE id = ? AND channel = ?", [bus_id, channel]
     ).fetchone()
+    if row is None:  # only the scheduler writes a firing (ingest/envelope.py), so its metadata is ours
+        row = con.execute(
+            f"""
+            SELECT id, {OF_BUS} FROM bus WHERE channel = ? AND id = (
+                SELECT TRY_CAST(json_extract_string(metadata, '$.asked_in') AS BIGINT) FROM bus
+                WHERE id = ? AND channel = ? AND sender = ?)
+            """,
+            [channel, bus_id, SCHEDULE_CHANNEL, SCHEDULE_SENDER],
+        ).fetchone()
     if row is None:
         row = con.execute(
             f"SELECT id, {OF_BUS} FROM bus WHERE channel = ? AND list_contains(?::VARCHAR[], sender) "

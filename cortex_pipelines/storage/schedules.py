@@ -9,7 +9,7 @@ from cortex_pipelines.storage.rows import dict_rows
 
 _COLUMNS = (
     "id, description, cron, run_at, timezone, action, target_channel, topic, created_at, next_fire_at, "
-    "last_fired_at, fired_count, late_count, state"
+    "last_fired_at, fired_count, late_count, state, created_by"
 )
 
 

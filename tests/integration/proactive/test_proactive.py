@@ -420,3 +420,36 @@ def test_a_reminder_too_long_for_the_bus_limit_is_cut_and_the_others_still_fire(
     (long_reminder,) = [r for r in replies if "word0000" in r and r.startswith("Reminder:")]
     assert "word0219" in long_reminder  # the firing's text was cut, the job's action was not
     assert json.loads(cortex("schedules", "--json", home=home).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("channel", "asked_in", "later_in", "recipient"),
+    [
+        ("telegram", {"metadata": {"chat_id": "-100500"}}, {"metadata": {"chat_id": "-100999"}}, "chat_id"),
+        ("webchat", {"thread": "project-x"}, {"thread": "holiday"}, "thread"),
+    ],
+)
+def test_a_reminder_is_delivered_to_the_chat_that_asked_for_it(
+    tmp_path, channel, asked_in, later_in, recipient
+):
+    """It went to whichever chat or thread the owner wrote in last on that channel: another
+    group's included (QA, helper-26)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    inbox = home / "inbox" / channel
+    inbox.mkdir(parents=True, exist_ok=True)
+    said = {"channel": channel, "sender": "user"}
+    (inbox / "a.json").write_text(
+        json.dumps({**said, **asked_in, "text": "remind me in 10 minutes to send the photos"})
+    )
+    cortex("run", home=home)
+    (inbox / "b.json").write_text(
+        json.dumps({**said, **later_in, "text": "my work project is called Falcon"})
+    )
+    cortex("run", home=home)
+    assert "fired 1 schedule(s)" in cortex("--now", "+11m", "run", home=home).stdout
+
+    replies = json.loads(cortex("outbox", channel, "--json", home=home).stdout)
+    (reminder,) = [r for r in replies if r["text"].startswith("Reminder: send the photos")]
+    where = asked_in["metadata"]["chat_id"] if recipient == "chat_id" else asked_in["thread"]
+    assert reminder["recipient"][recipient] == where
