@@ -353,6 +353,12 @@ class Settings(BaseSettings):
         agent's text, untrusted."""
         return channel != ROUTER_CHANNEL and self.is_owner(channel, sender)
 
+    def speaks_for_owner(self, channel: str, sender: str | None) -> bool:
+        """Whether a turn acts, and is shown, as the owner's: their own words, or the firing of a
+        schedule they made (only the scheduler writes one), which is no source of facts about them."""
+        firing = channel == SCHEDULE_CHANNEL and sender == SCHEDULE_SENDER
+        return firing or self.said_by_owner(channel, sender)
+
     def mode_for(self, channel: str) -> ChannelMode:
         if channel == ADMIN_CHANNEL:  # the owner's own terminal (`cortex chat`) is always answered
             return "live"

@@ -23,7 +23,6 @@ from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
 from cortex_pipelines.memory.recall import Hit
-from cortex_pipelines.proactive import schedules
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import conversations, utcnow
 from cortex_pipelines.storage import ops as ops_store
@@ -148,8 +147,7 @@ def _header(settings: Settings, turn: Turn) -> str:
     """A stranger's or a router result's header says so (a schedule's firing is the owner's), and no
     "]" in their sender ends it early: otherwise their turn read like the owner's, who gets the
     memory tools."""
-    firing = turn.channel == schedules.CHANNEL and turn.sender == schedules.SENDER
-    if firing or settings.said_by_owner(turn.channel, turn.sender):
+    if settings.speaks_for_owner(turn.channel, turn.sender):
         who = turn.sender or "unknown"
     else:
         who = _not_the_owner(turn.sender).replace("]", "\\]")
@@ -213,6 +211,8 @@ def _who_said(settings: Settings, channel: str, sender: str | None) -> str:
     user's."""
     if settings.said_by_owner(channel, sender):
         return "user"
+    if settings.speaks_for_owner(channel, sender):  # the owner's schedule firing
+        return sender or "unknown sender"
     return _not_the_owner(sender)
 
 

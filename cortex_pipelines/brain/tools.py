@@ -249,8 +249,7 @@ TOOLS = COMMON_TOOLS + MEMORY_TOOLS + ADMIN_TOOLS
 
 def speaks_for_owner(settings: Settings, msg: BusMessage) -> bool:
     """The owner's own turn, or a firing of a schedule the owner made."""
-    firing = msg.channel == schedules.CHANNEL and msg.sender == schedules.SENDER
-    return firing or settings.is_owner(msg.channel, msg.sender)
+    return settings.speaks_for_owner(msg.channel, msg.sender) or settings.is_owner(msg.channel, msg.sender)
 
 
 def tools_for(settings: Settings, channel: str, owner: bool) -> list[ToolSpec]:

@@ -40,6 +40,8 @@ def _speaker(settings: Settings, turn: dict) -> str:
         return "agent"
     if settings.said_by_owner(turn["channel"], turn["sender"]):
         return "user"
+    if settings.speaks_for_owner(turn["channel"], turn["sender"]):  # the owner's schedule firing
+        return one_line(turn["sender"], 40)
     return f"{one_line(turn['sender'] or 'unknown sender', 40)} (not the owner)"
 
 

@@ -28,8 +28,8 @@ TIMELINE_ENTRIES = 20
 
 def _stranger(settings: Settings, channel: str | None, sender: str | None) -> str | None:
     """Who wrote it, when that is not the owner (an op whose asker is unknown counts as the owner's;
-    a router result is another agent's)."""
-    if channel is None or settings.said_by_owner(channel, sender):
+    a router result is another agent's; a firing of the owner's schedule is the owner's)."""
+    if channel is None or settings.speaks_for_owner(channel, sender):
         return None
     return f"{one_line(channel, 32)} · {one_line(sender or 'unknown', 40)}"
 

@@ -453,3 +453,17 @@ def test_a_reminder_is_delivered_to_the_chat_that_asked_for_it(
     (reminder,) = [r for r in replies if r["text"].startswith("Reminder: send the photos")]
     where = asked_in["metadata"]["chat_id"] if recipient == "chat_id" else asked_in["thread"]
     assert reminder["recipient"][recipient] == where
+
+
+def test_published_files_show_a_firing_as_the_owners_schedule_not_a_strangers(tmp_path):
+    """narrative.md, BOOTSTRAP.md and hot-snapshot.md said "cron · scheduler (not the owner)" of the
+    owner's own reminder (QA, helper-26)."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "remind me in 2 minutes to stretch", home=home)
+    cortex("run", home=home)
+    cortex("--now", "+3m", "run", home=home)
+    published = {p.name: p.read_text() for p in home.rglob("*.md") if "workspace" not in p.parts}
+    assert {"narrative.md", "BOOTSTRAP.md"} <= set(published)
+    assert any("stretch" in text for text in published.values())
+    for name, text in published.items():
+        assert "not the owner" not in text, (name, text)
