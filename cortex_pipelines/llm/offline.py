@@ -34,12 +34,26 @@ _CANNOT_FORGET = (
 _REMEMBER = re.compile(r"\b(remember|don't forget|note that|keep in mind)\b", re.I)
 # A stranger's words never become the owner's memory, so they are not promised that.
 _NOT_REMEMBERED = "I can't remember that for you: only the owner's own words become memory."
-_LIST_SCHEDULES = re.compile(r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b", re.I)
+# "show my reminders", "what reminders do I have?", "do I have any reminders?"
+_LIST_SCHEDULES = re.compile(
+    r"\b(list|show|what are|which)\b.*\b(reminders|schedules)\b"
+    r"|\b(what|any|how many)\s+(\w+\s+)?(reminders|schedules)\b",
+    re.I,
+)
 _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]{8})\b", re.I)
+# "delete the gym reminder", "stop reminding me to clean": the schedule the other words name.
+_DELETE_NAMED = re.compile(
+    r"^\W*(?:(?:please|pls|ok|okay|hey|also|and|can|could|would|will|you)\W+)*"
+    r"(?:(?:delete|cancel|remove|stop|drop|clear)\b.*\b(?:reminders?|schedules?)\b"
+    r"|stop\s+reminding\s+(?:me|us)\b)",
+    re.I | re.S,
+)
+# The request's own words: what is left names the reminder.
+_NOT_NAMING = stemmed("ok okay hey also us delete cancel remove stop drop clear reminder schedule anymore")
 # A reminder request it cannot read is told so: "Noted." had read as a promise.
 _NO_REMINDER = (
     'I haven\'t set a reminder: {why}. Wordings I understand: "remind me in 20 minutes to …", '
-    '"remind me tomorrow at 9 to …", "remind me on Friday at 5pm to …", '
+    '"remind me tomorrow at 9 to …", "remind me on Friday at 5pm to …", "remind me on March 3 at 10am to …", '
     '"remind me every Monday and Friday at 8 to …", "remind me every 2 hours to …".'
 )
 _REMIND = "Remind the user: "
@@ -101,6 +115,8 @@ class OfflineClient:
 
     def _after_tools(self, request: LLMRequest, results: list[tuple[str, str]]) -> LLMResponse:
         name_by_id = _tool_names(request.messages)
+        text = str(request.hints.get("text", ""))
+        year = str(request.hints.get("now", ""))[:4]  # a time in another year shows its year
         lines: list[str] = []
         for tool_use_id, content in results:
             name = name_by_id.get(tool_use_id, "")
@@ -114,10 +130,15 @@ class OfflineClient:
                     "when the result is in."
                 )
             elif name == "schedule_create" and isinstance(payload, dict):
-                lines.append(_confirm(payload))
+                lines.append(_confirm(payload, year))
+            elif name == "schedule_list" and isinstance(payload, list) and _DELETE_NAMED.search(text):
+                named = _named(text, payload)
+                if len(named) == 1 and request.allow_tools:
+                    return _tool(request, "schedule_delete", {"id": named[0]["id"]})
+                lines.extend(_which_to_delete(named, payload, year))
             elif name == "schedule_list" and isinstance(payload, list):
                 lines.append("Your schedules:" if payload else "You have no schedules.")
-                lines.extend(f"- {_schedule_line(job)}" for job in payload)
+                lines.extend(f"- {_schedule_line(job, year)}" for job in payload)
             elif name == "schedule_delete" and isinstance(payload, dict):
                 done = payload.get("deleted")
                 lines.append(
@@ -131,10 +152,11 @@ class OfflineClient:
 
 
 def _schedule_call(request: LLMRequest, text: str, hints: dict) -> LLMResponse | None:
-    if _LIST_SCHEDULES.search(text):
-        return _tool(request, "schedule_list", {})
     if match := _DELETE_SCHEDULE.search(text):
         return _tool(request, "schedule_delete", {"id": match.group(2)})
+    # "delete the gym reminder": which one is decided once the list is in (`_named`)
+    if _DELETE_NAMED.search(text) or _LIST_SCHEDULES.search(text):
+        return _tool(request, "schedule_list", {})
     timezone = str(hints.get("timezone") or "UTC")
     try:
         wish = english.parse(text, _asked_at(hints, ZoneInfo(timezone)))
@@ -176,20 +198,42 @@ def _shortened(text: str, most: int) -> str:
     return (cut.rsplit(" ", 1)[0] if " " in cut else cut) + "…"
 
 
-def _when(iso: str | None) -> str:
-    return datetime.fromisoformat(iso).strftime("%a %d %b at %H:%M") if iso else "never"
+def _when(iso: str | None, year: str = "") -> str:
+    """The time without its year when that is `year`: "on March 3" asked in April is next year's."""
+    if not iso:
+        return "never"
+    shown = "%a %d %b at %H:%M" if iso.startswith(year) else "%a %d %b %Y at %H:%M"
+    return datetime.fromisoformat(iso).strftime(shown)
 
 
-def _schedule_line(job: dict) -> str:
+def _schedule_line(job: dict, year: str = "") -> str:
     repeat = "" if job.get("when") == "once" else f", repeating ({job.get('when')})"
     return (
-        f"{job.get('id')}: {job.get('description')} — next {_when(job.get('next_fire'))} "
+        f"{job.get('id')}: {job.get('description')} — next {_when(job.get('next_fire'), year)} "
         f"{job.get('timezone')}{repeat}, to {job.get('target_channel')}"
     )
 
 
-def _confirm(job: dict) -> str:
-    return f"Okay, I'll remind you: {_schedule_line(job)}."
+def _confirm(job: dict, year: str) -> str:
+    return f"Okay, I'll remind you: {_schedule_line(job, year)}."
+
+
+def _named(text: str, jobs: list) -> list[dict]:
+    """The jobs whose description and action hold every word of `text` but the request's own: "gym"
+    in "delete the gym reminder"; all of them when it names none ("cancel my reminder")."""
+    named = stemmed(text) - _NOT_NAMING
+    return [job for job in jobs if named <= stemmed(f"{job.get('description')} {job.get('action')}")]
+
+
+def _which_to_delete(named: list[dict], jobs: list, year: str) -> list[str]:
+    """Nothing deleted: the matching jobs, to pick one by id, or those there are."""
+    if named:
+        head = 'Which one should I cancel? Say "cancel" and its id:'
+    elif jobs:
+        head, named = "You have no such reminder, so I cancelled nothing. Your schedules:", jobs
+    else:
+        return ["You have no such reminder: you have no schedules."]
+    return [head, *(f"- {_schedule_line(job, year)}" for job in named)]
 
 
 def _reminder(firing: dict) -> str:

@@ -1,6 +1,6 @@
 """Simple English reminder requests, for the offline provider: "remind me every Monday at 9 to send
-my timesheet", "remind me tomorrow at 8am to call Anna", "in 2 hours remind me to stretch", "remind
-me every 30 minutes to stretch".
+my timesheet", "remind me tomorrow at 8am to call Anna", "remind me on March 3 at 10am to call the
+dentist", "in 2 hours remind me to stretch", "remind me every 30 minutes to stretch".
 
 Only explicit requests, in the shapes a demo needs, are understood; an explicit request it cannot
 read raises Unreadable, so that the user is told; anything else is left to a real model. The result
@@ -19,11 +19,12 @@ _CRON_DOW = {day: (n + 1) % 7 for n, day in enumerate(_DAYS)}  # cron: 0 = Sunda
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
 _NUMBER = r"\d+|" + "|".join(_NUMBERS)
 _EVERY_OTHER = ("other", "second", "2nd", "alternate")  # "every other day": a step of 2
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}  # by first letter
-_UNIT_SECONDS = {"minutes": 60, "hours": 3600, "days": 86400, "weeks": 7 * 86400}
+_DAY_SECONDS = 86400
+# "in …": seconds by the unit's first letter; days and weeks count on the wall clock.
+_IN_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": _DAY_SECONDS, "w": 7 * _DAY_SECONDS}
 # As far as `--now` may move the clock; much further and date arithmetic overflows ("in 99999999999
 # weeks" had raised OverflowError and failed the message).
-_FARTHEST_S = 1000 * 365 * 86400
+_FARTHEST_S = 1000 * 365 * _DAY_SECONDS
 # Without a time of day: the part of the day named, else 09:00 (as "every Monday").
 _PART_HOURS = {"morning": 8, "afternoon": 14, "evening": 18, "night": 20}
 _DEFAULT_HOUR = 9
@@ -56,7 +57,17 @@ _EVERY = re.compile(
 )
 # The days of "every week on Monday and Thursday".
 _ON_DAYS = re.compile(rf"\b(?:on\s+)?(?P<days>{_DAY_LIST})\b(?!['’])", re.I)
-_IN = re.compile(rf"\bin\s+(?P<n>{_NUMBER})\s*(?P<unit>minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b", re.I)
+_IN_UNIT = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b"
+# A part of a span of time: "2 hours", "an hour and a half", "2 and a half days", "half an hour".
+_AMOUNT = re.compile(
+    rf"\b(?:(?P<n>{_NUMBER})(?P<and_half>\s+and\s+a\s+half)?|(?P<half>half(?:\s+an?)?|a\s+half))"
+    rf"\s*(?P<unit>{_IN_UNIT})(?P<half_after>\s+and\s+a\s+half\b)?",
+    re.I,
+)
+# "in 2 hours and 30 minutes", "in 1 hour 15 minutes": every part counts.
+_IN = re.compile(rf"\bin\s+(?:(?:\s*,?\s*(?:and\s+|plus\s+)?)?{_AMOUNT.pattern})+", re.I)
+# A part after the span that it could not read ("in 2 hours and fifteen minutes"): refused, not dropped.
+_MORE = re.compile(rf"^\s*(?:,|and\b|plus\b|&)?\s*\S+\s+{_IN_UNIT}", re.I)
 _PARTS = "morning|afternoon|evening|night"
 _PART = rf"(?:\s+(?P<part>{_PARTS}))?"
 # "tomorow" and "tommorow" too: a misspelt day must not end up in the reminder's text.
@@ -64,6 +75,27 @@ _RELATIVE_DAY = re.compile(
     rf"\b(?:(?P<day>today|tonight|tom+or+ow|tmrw)|this(?=\s+(?:{_PARTS})\b)){_PART}\b", re.I
 )
 _WEEKDAY = re.compile(rf"\b(?:(?:on|next|this)\s+)?(?P<weekday>{_DAY})\b(?!['’]s){_PART}", re.I)
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH = (
+    r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\b\.?"
+)
+_MDAY = r"(?P<mday>\d{1,2})(?:st|nd|rd|th)?\b"
+_YEAR = r"(?:,?\s+(?P<year>\d{4})\b)?"
+_ON = r"\b(?:(?P<every>every|each)\s+|on\s+)"
+# "March 3", "Dec 24th, 2026", "3 March", "the 3rd of March"; "on the 5th" is the next 5th. First wins.
+_DATES = (
+    re.compile(rf"{_ON}?{_MONTH}\s+(?:the\s+)?{_MDAY}{_YEAR}", re.I),
+    re.compile(rf"{_ON}?(?:the\s+)?{_MDAY}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.I),
+    re.compile(rf"{_ON}(?:the\s+)?(?P<mday>\d{{1,2}})(?:st|nd|rd|th)\b", re.I),
+)
+# A date that repeats ("every March 3", "on the 5th of each month") is refused, not set once, and so is
+# a repeating reminder with a date ("every day until Dec 24"): it repeats by the day of the week only.
+_MONTHLY = re.compile(r"\b(?:every|each)\s+(?:month|year)\b", re.I)
+_NOT_ON_DATES = 'I can repeat a reminder on days of the week, as in "every Monday at 9", not on dates'
+# "on 3/4": which is the day and which the month cannot be told, so it is refused.
+_NUMERIC_DATE = re.compile(r"\bon\s+\d{1,4}[/.-]\d{1,2}(?:[/.-]\d{2,4})?\b", re.I)
+_YESTERDAY = re.compile(r"\byesterday\b(?!['’]s)", re.I)
 
 # An explicit request only: "I go to the gym every day", "Every Monday I have yoga at 6pm" and
 # "Thanks for the reminder at 5" tell, they ask for nothing; "remind me what moved to Friday" asks
@@ -168,6 +200,8 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     task = _task(text, every, clock, weekly)
     if not asked and not _ADDRESSED.match(task):
         return None
+    if _date(text):  # "every day until Dec 24": not from today on, unbounded
+        raise Unreadable(_NOT_ON_DATES)
     if step is not None and step != _DAY_MINUTES and not weekly:
         cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
         return ReminderRequest(_need(task), cron=cron)
@@ -242,23 +276,25 @@ def _every(step: int) -> str:
 
 
 def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
-    n = _number(delay.group("n"))
-    unit = _UNITS[delay.group("unit")[0].lower()]
-    if n * _UNIT_SECONDS[unit] > _FARTHEST_S:
+    """The parts of the span add up ("in 2 hours and 30 minutes"): days and weeks on the wall clock,
+    the rest as elapsed time."""
+    if more := _MORE.match(text[delay.end() :]):
+        raise Unreadable(f'I couldn\'t read "{delay.group(0)}{more.group(0)}" as a span of time')
+    days, seconds = _span(delay.group(0))
+    if days * _DAY_SECONDS + seconds > _FARTHEST_S:
         raise Unreadable("that is more than 1000 years away")
-    clock = _first_clock(text) if unit in ("days", "weeks") else None
+    clock = _first_clock(text) if days and not seconds else None
     task = _need(_task(text, delay, clock))
     if clock:  # "in 2 days at 9": that day's wall clock
         hour, minute, bare = _time_of_day(clock)
         hour = _bare_hour(hour, "") if bare else hour
-        day = now_local.date() + timedelta(**{unit: n})
+        day = now_local.date() + timedelta(days=days)
         return ReminderRequest(task, at=_wall(day, hour, minute, now_local.tzinfo))
     # From the whole second: "in 10 minutes" sent at 09:00:00.3 is for 09:10, not 09:11.
     asked = now_local.replace(microsecond=0)
-    if unit in ("days", "weeks"):  # the same wall-clock time, whatever clock change comes between
-        at = asked + timedelta(**{unit: n})
-    else:  # elapsed time: "in 2 hours" across a clock change is still two hours
-        at = (asked.astimezone(UTC) + timedelta(**{unit: n})).astimezone(asked.tzinfo)
+    at = asked + timedelta(days=days)  # the same wall-clock time, whatever clock change comes between
+    if seconds:  # elapsed time: "in 2 hours" across a clock change is still two hours
+        at = (at.astimezone(UTC) + timedelta(seconds=seconds)).astimezone(asked.tzinfo)
     # Schedules fire by the minute: the next whole one, never early ("in 2 minutes" asked at
     # 09:44:56 had fired at 09:46, 64 s later).
     on_the_minute = at.replace(second=0, microsecond=0)
@@ -266,16 +302,39 @@ def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
     return ReminderRequest(task, at=at)
 
 
+def _span(said: str) -> tuple[int, int]:
+    """(days, seconds) of "2 hours and 30 minutes", "a week and a half": whole days and weeks stay
+    days, half a day is 12 hours."""
+    days = seconds = 0
+    for amount in _AMOUNT.finditer(said):
+        halves = 1 if amount.group("half") else 2 * _number(amount.group("n"))
+        halves += 1 if amount.group("and_half") or amount.group("half_after") else 0
+        unit = _IN_SECONDS[amount.group("unit")[0].lower()]
+        if unit < _DAY_SECONDS:
+            seconds += halves * unit // 2
+        else:
+            half_days = halves * unit // _DAY_SECONDS
+            days, seconds = days + half_days // 2, seconds + half_days % 2 * _DAY_SECONDS // 2
+    return days, seconds
+
+
 def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     """A day and/or a time of day. A bare hour today (named or not) is the next of H:00 and H+12:00
     ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day it is
     read by `_bare_hour`. A night's small hours are the next day's: "tonight at 12" is the coming
-    midnight."""
+    midnight. A date and a day named together must be the same day."""
     day = _RELATIVE_DAY.search(text) or _WEEKDAY.search(text)
+    dated = _date(text)
     clock = _first_clock(text)
-    if day is None and clock is None:
+    if numeric := _NUMERIC_DATE.search(text):
+        raise Unreadable(
+            f'"{numeric.group(0)}" could be either of two days; name the month, as in "on March 3"'
+        )
+    if day is None and _YESTERDAY.search(text):  # "remind me yesterday at 5", not "…about yesterday's"
+        raise Unreadable("yesterday is in the past")
+    if day is None and dated is None and clock is None:
         raise Unreadable("I couldn't tell when")
-    task = _need(_task(text, day, clock))
+    task = _need(_task(text, day, dated, clock))
     found = day.groupdict() if day else {}
     named = (found.get("day") or found.get("weekday") or ("today" if day else "")).lower()
     part = (found.get("part") or ("night" if named == "tonight" else "")).lower()
@@ -300,6 +359,11 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     else:
         on = today
         later = None if named else today + timedelta(days=1)  # "at 9", once passed: tomorrow's
+    if dated:
+        named_on, on, later = on, _calendar_day(dated, text, today), None
+        if day and (on.weekday() != _DAYS.index(named) if named in _DAYS else on != named_on):
+            raise Unreadable(f"{(found.get('weekday') or day.group(0)).strip()} is not {on.day} {on:%B}")
+        named = f"on {on.day} {on:%B}"
     if part == "night" and hour < _NIGHT_ENDS:
         on, later = on + timedelta(days=1), later and later + timedelta(days=1)
     if bare and on > today:
@@ -314,6 +378,39 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     if bare and named in _DAYS:  # next week's
         hour = _bare_hour(hour, "")
     return ReminderRequest(task, at=_wall(later, hour, minute, zone))
+
+
+def _date(text: str) -> re.Match | None:
+    """The date `text` names, by the first pattern that finds one ("March 3" before "on the 3rd")."""
+    return next((m for pattern in _DATES if (m := pattern.search(text))), None)
+
+
+def _calendar_day(dated: re.Match, text: str, today: date) -> date:
+    """The day a date names: this year's, or next year's once it has passed ("on the 5th": the next
+    5th, this month's or a later month's); a year said is kept."""
+    said = re.sub(r"^on\s+", "", " ".join(dated.group(0).split()), flags=re.I)
+    if dated.group("every") or _MONTHLY.search(text):
+        raise Unreadable(_NOT_ON_DATES)
+    found = dated.groupdict()
+    month = _MONTHS.index(found["month"][:3].lower()) + 1 if found.get("month") else None
+    mday, year = int(found["mday"]), int(found.get("year") or 0)
+    first = (year or today.year) * 12 + (0 if year else today.month - 1)
+    for months in range(first, first + (12 if year else 12 * 9)):  # a 29 February within 8 years
+        if month not in (None, months % 12 + 1):
+            continue
+        try:
+            on = date(months // 12, months % 12 + 1, mday)
+        except ValueError:  # 30 February, 31 April, a year past 9999
+            continue
+        if on >= today:
+            break
+        if year:
+            raise Unreadable(f"{said} has already passed")
+    else:
+        raise Unreadable(f"{said} is not a date")
+    if (on - today).days * _DAY_SECONDS > _FARTHEST_S:
+        raise Unreadable("that is more than 1000 years away")
+    return on
 
 
 def _bare_twelve(clock: re.Match) -> bool:

@@ -1,0 +1,227 @@
+"""Reminder wordings the offline provider had read wrongly (QA): a calendar date was dropped and the
+reminder set for tomorrow, "yesterday" was set for tomorrow, the second part of "in 2 hours and 30
+minutes" was dropped, "what reminders do I have?" listed nothing and "delete the gym reminder"
+cancelled nothing. Through the `cortex` CLI, on the job's wall clock; english.py's reading beside."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from cortex_pipelines.proactive import english
+from tests.support.cli import cortex
+
+LONDON = ZoneInfo("Europe/London")
+# Saturday noon in London, the day before the clocks go forward; already Sunday 01:00 in Auckland.
+SENT = "2026-03-28T12:00:00+00:00"
+SAT_NOON = datetime.fromisoformat(SENT).astimezone(LONDON)
+
+
+def _answer(home: Path, texts: list[str], sent: str = SENT, zone: str = "Europe/London") -> list[str]:
+    """The replies to the owner's `texts`, sent together at `sent` and answered by `cortex run` then."""
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True, exist_ok=True)
+    before = len(_replies(home)) if (home / "cortex.duckdb").exists() else 0
+    (folder / f"batch-{sent[:19].replace(':', '')}.jsonl").write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "maya", "text": t, "timestamp": sent}) + "\n"
+            for t in texts
+        )
+    )
+    cortex("--now", sent, "run", home=home, env={"CORTEX_TIMEZONE": zone})
+    return _replies(home)[before:]
+
+
+def _replies(home: Path) -> list[str]:
+    replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
+    return [r["text"] for r in sorted(replies, key=lambda r: r["reply_to"])]
+
+
+def _jobs(home: Path) -> dict[str, tuple[str, str]]:
+    jobs = json.loads(cortex("schedules", "--json", home=home).stdout)
+    return {j["description"]: (j["when"], j["next_fire"]) for j in jobs}
+
+
+def _ids(home: Path) -> dict[str, str]:
+    return {j["description"]: j["id"] for j in json.loads(cortex("schedules", "--json", home=home).stdout)}
+
+
+@pytest.mark.timeout(600)
+def test_a_reminder_on_a_calendar_date_is_set_for_that_day(tmp_path):
+    """A date already past this year is next year's (and the confirmation says which year); "the
+    5th" is the next 5th; a date that is no day, or is not the weekday named with it, sets nothing."""
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        [
+            "remind me on March 3 at 10am to call the dentist",
+            "remind me on the 5th at 9 to pay the card",
+            "remind me at 5:30pm on Dec 24 to wrap gifts",
+            "remind me on 3 April to renew the passport",
+            "remind me on Saturday, April 3 at 9 to book the car",
+            "remind me on Feb 30 to pay the rent",
+        ],
+    )
+    assert _jobs(home) == {
+        "call the dentist": ("once", "2027-03-03T10:00+00:00"),
+        "pay the card": ("once", "2026-04-05T09:00+01:00"),  # summer time by then
+        "wrap gifts": ("once", "2026-12-24T17:30+00:00"),
+        "renew the passport": ("once", "2026-04-03T09:00+01:00"),
+    }
+    assert "call the dentist — next Wed 03 Mar 2027 at 10:00" in replies[0]
+    assert "pay the card — next Sun 05 Apr at 09:00" in replies[1]
+    assert replies[4].startswith("I haven't set a reminder: Saturday is not 3 April.")
+    assert replies[5].startswith("I haven't set a reminder: Feb 30 is not a date.")
+
+
+@pytest.mark.timeout(600)
+def test_a_calendar_date_is_a_day_in_the_jobs_time_zone(tmp_path):
+    """At 12:00 UTC on 28 March it is already the 29th in Auckland: "the 29th" is today there, and
+    28 March has passed for this year."""
+    home = tmp_path / "home"
+    _answer(
+        home,
+        ["remind me on the 29th at 9pm to pay the rent", "remind me on March 28 at 10am to call Mum"],
+        zone="Pacific/Auckland",
+    )
+    assert _jobs(home) == {
+        "pay the rent": ("once", "2026-03-29T21:00+13:00"),
+        "call Mum": ("once", "2027-03-28T10:00+13:00"),
+    }
+
+
+@pytest.mark.timeout(600)
+def test_a_reminder_for_yesterday_is_refused(tmp_path):
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        ["remind me yesterday at 5 to water plants", "remind me at 5 to talk about yesterday's game"],
+    )
+    assert replies[0].startswith("I haven't set a reminder: yesterday is in the past.")
+    assert _jobs(home) == {"talk about yesterday's game": ("once", "2026-03-28T17:00+00:00")}
+
+
+@pytest.mark.timeout(600)
+def test_a_span_of_time_in_parts_adds_up(tmp_path):
+    """Every part counts, from when the message was sent; a part it cannot read sets nothing."""
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        [
+            "remind me in 2 hours and 30 minutes to leave work",
+            "remind me in 1 hour 15 minutes to call Anna",
+            "remind me in an hour and a half to stretch",
+            "remind me in 2 hours and fifteen minutes to check the oven",
+        ],
+    )
+    assert _jobs(home) == {
+        "leave work": ("once", "2026-03-28T14:30+00:00"),
+        "call Anna": ("once", "2026-03-28T13:15+00:00"),
+        "stretch": ("once", "2026-03-28T13:30+00:00"),
+    }
+    assert replies[3].startswith(
+        "I haven't set a reminder: I couldn't read \"in 2 hours and fifteen minutes\" as a span of time."
+    )
+    early = cortex("--now", "2026-03-28T14:29:00Z", "run", home=home).stdout
+    assert "leave work" not in early
+    assert "Reminder: leave work" in cortex("--now", "2026-03-28T14:30:10Z", "run", home=home).stdout
+
+
+@pytest.mark.timeout(600)
+def test_asking_which_reminders_there_are_lists_them(tmp_path):
+    home = tmp_path / "home"
+    _answer(home, ["remind me tomorrow at 8 to call Anna", "remind me every Monday at 7 to go to the gym"])
+    ids = _ids(home).values()
+    asked = ["what reminders do I have?", "which reminders are set", "do I have any reminders?"]
+    for reply in _answer(home, asked, sent="2026-03-28T12:05:00+00:00"):
+        assert reply.startswith("Your schedules:") and all(i in reply for i in ids), reply
+
+
+@pytest.mark.timeout(600)
+def test_a_reminder_is_cancelled_by_what_it_is_about(tmp_path):
+    """The one active reminder the words name is deleted; several are listed to pick one by id; none
+    is said, and nothing else is touched."""
+    home = tmp_path / "home"
+    _answer(
+        home,
+        [
+            "remind me every Monday at 7 to go to the gym",
+            "remind me tomorrow at 8 to clean the kitchen",
+            "remind me tomorrow at 9 to clean the car",
+        ],
+    )
+    ids = _ids(home)
+    replies = _answer(
+        home,
+        ["delete the gym reminder", "stop reminding me to clean", "cancel the yoga reminder"],
+        sent="2026-03-28T12:05:00+00:00",
+    )
+    assert replies[0] == f"Deleted {ids['go to the gym']}."
+    assert replies[1].startswith('Which one should I cancel? Say "cancel" and its id:')
+    assert ids["clean the kitchen"] in replies[1] and ids["clean the car"] in replies[1]
+    assert replies[2].startswith("You have no such reminder, so I cancelled nothing.")
+    assert set(_jobs(home)) == {"clean the kitchen", "clean the car"}
+
+    (reply,) = _answer(home, ["stop reminding me to clean the car"], sent="2026-03-28T12:10:00+00:00")
+    assert reply == f"Deleted {ids['clean the car']}." and set(_jobs(home)) == {"clean the kitchen"}
+
+
+@pytest.mark.parametrize(
+    ("text", "now", "task", "at"),
+    [
+        ("remind me on the 3rd of April at 5 to call Anna", SAT_NOON, "call Anna", "2026-04-03T17:00+01:00"),
+        ("remind me on April the 3rd at 8pm to call Anna", SAT_NOON, "call Anna", "2026-04-03T20:00+01:00"),
+        (
+            "set a reminder for 24 December at noon to wrap gifts",
+            SAT_NOON,
+            "wrap gifts",
+            "2026-12-24T12:00+00:00",
+        ),
+        ("Reminder: dentist on March 3", SAT_NOON, "dentist", "2027-03-03T09:00+00:00"),
+        (
+            "remind me on Friday, April 3 at 9 to book the car",
+            SAT_NOON,
+            "book the car",
+            "2026-04-03T09:00+01:00",
+        ),
+        ("remind me on March 3 2027 to renew", SAT_NOON, "renew", "2027-03-03T09:00+00:00"),
+        # The next 31st is this month's; in April it is May's. A 29 February is the next leap year's.
+        ("remind me on the 31st to pay", SAT_NOON, "pay", "2026-03-31T09:00+01:00"),
+        ("remind me on the 31st to pay", SAT_NOON.replace(day=30, month=4), "pay", "2026-05-31T09:00+01:00"),
+        ("remind me on Feb 29 to celebrate", SAT_NOON, "celebrate", "2028-02-29T09:00+00:00"),
+        # Today's date: a bare hour is the next of the two.
+        ("remind me on March 28 at 5 to call Anna", SAT_NOON, "call Anna", "2026-03-28T17:00+00:00"),
+        ("remind me in 2 and a half hours to stretch", SAT_NOON, "stretch", "2026-03-28T14:30+00:00"),
+        ("remind me in half an hour to stretch", SAT_NOON, "stretch", "2026-03-28T12:30+00:00"),
+        ("remind me in 90 seconds to stretch", SAT_NOON, "stretch", "2026-03-28T12:02+00:00"),  # never early
+        # Whole days on the wall clock (across the change), the hours elapsed after them.
+        ("remind me in 1 day and 2 hours to stretch", SAT_NOON, "stretch", "2026-03-29T14:00+01:00"),
+    ],
+)
+def test_english_reads_dates_and_spans(text, now, task, at):
+    wish = english.parse(text, now)
+    assert wish is not None and wish.cron is None
+    assert (wish.task, wish.at.isoformat(timespec="minutes")) == (task, at)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("remind me on the 32nd to pay", "the 32nd is not a date"),
+        ("remind me tomorrow to book the May 3 flight", "tomorrow is not 3 May"),
+        ("remind me on March 3, 2026 to renew", "March 3, 2026 has already passed"),
+        ("remind me on March 28 at 9am to renew", "09:00 on 28 March has already passed"),
+        # Never set once for a date that repeats.
+        ("remind me every March 3 to renew", "not on dates"),
+        ("remind me on the 5th of every month to pay rent", "not on dates"),
+        ("remind me every day until Dec 24 to water the tree", "not on dates"),
+        ("remind me on 3/4 at 10 to renew", '"on 3/4" could be either of two days'),
+    ],
+)
+def test_english_refuses_a_date_it_cannot_keep(text, why):
+    with pytest.raises(english.Unreadable, match=why):
+        english.parse(text, SAT_NOON)
