@@ -41,7 +41,7 @@ from cortex_pipelines.processes import (
     own_session_ending_with_parent,
     start_polars_keeping_sigint,
 )
-from cortex_pipelines.storage import Database, outbox
+from cortex_pipelines.storage import Database, dagster_sqlite, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError, NoSuchBackup
 from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
@@ -965,6 +965,8 @@ def dev(
         prepare.wait()
         if gateway is not None:
             gateway.stop(60.0)
+    # Its daemon is gone: `cortex doctor --restore` need not wait for the last report to age.
+    dagster_sqlite.clear_daemon_reports(settings.paths.dagster_home)
     raise typer.Exit(code)
 
 

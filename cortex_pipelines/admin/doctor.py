@@ -13,6 +13,7 @@ import duckdb
 
 from cortex_pipelines.config import Paths, Settings
 from cortex_pipelines.ingest.inbox import rejected_files
+from cortex_pipelines.memory.control import publish_now
 from cortex_pipelines.memory.embedder import (
     mean_pooled_transformer,
     model_dimensions,
@@ -21,14 +22,16 @@ from cortex_pipelines.memory.embedder import (
     weights_digest,
 )
 from cortex_pipelines.memory.models import INSTALLABLE
-from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR
+from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, forget_index
 from cortex_pipelines.memory.snapshot import Snapshot
-from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
-from cortex_pipelines.storage import Database, backup, health, lease
+from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
+from cortex_pipelines.storage import Database, backup, dagster_sqlite, health, lease
 from cortex_pipelines.storage.health import REPAIR_VECTORS, RESTORE, one_line
 from cortex_pipelines.storage.migrations import MIGRATIONS
 
 INIT = "cortex init"
+# The Dagster daemon reports every 30 s: a report younger than this means `cortex dev` runs.
+DAEMON_ALIVE_S = 90
 # A checkpoint, a backup and a snapshot each need about the database's size again.
 MIN_FREE_BYTES = 200 * 1024 * 1024
 _VERSION = re.compile(r"^v(\d+)$")
@@ -430,7 +433,21 @@ def restore(settings: Settings, chosen: str | None) -> Restored:
             f"lingers {settings.brain_linger_seconds:g} s after its last answer; stopping `cortex dev` "
             "ends it); nothing was restored"
         )
+    ago = dagster_sqlite.daemon_last_reported(paths.dagster_home)
+    if ago is not None and ago < DAEMON_ALIVE_S:
+        raise backup.BackupError(
+            f"`cortex dev` is running in this home (its Dagster daemon reported {ago:.0f} s ago), and "
+            "its sensors would start runs on the vectors the restore rebuilds: stop it, then try "
+            "again; nothing was restored"
+        )
     kept = backup.restore(db_path, source)
+    # The vectors of the replaced file go at once, before the model loads for the rebuild: a
+    # restore killed meanwhile left them answering from rolled-back messages (QA, helper-27). A
+    # backup from before a migration is migrated first.
+    restored = Database(db_path)
+    restored.migrate()
+    forget_index(restored, vector_store(paths.lance))
+    publish_now(restored, settings)  # out/ quoted rolled-back messages until their next refresh
     (last_message, last_reply), replies = backup.examine(
         source, lambda con: (health.last_ids(con), health.reply_ids(con))
     )

@@ -217,7 +217,7 @@ def edit(
     if new_id is None:  # forgotten or merged since it was read
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
-    _publish_now(db, settings)  # the bulletin showed the old text until the hourly refresh
+    publish_now(db, settings)  # the bulletin showed the old text until the hourly refresh
     return Edited(new_id, fact_id, corrected)
 
 
@@ -247,7 +247,7 @@ def forget(
     if quoting is None:
         raise ControlError(f"no active fact {fact_id}")
     _keep_in_step(db, settings)
-    _publish_now(db, settings)
+    publish_now(db, settings)
     return Forgotten(fact_id, True, len(quoting))
 
 
@@ -260,7 +260,7 @@ def unforget(
     if not db.run(facts.unforget, fact_id, why):
         raise ControlError(f"no forgotten fact {fact_id}")
     _keep_in_step(db, settings)
-    _publish_now(db, settings)
+    publish_now(db, settings)
     return Forgotten(fact_id, False)
 
 
@@ -281,7 +281,7 @@ def forget_message(
             f"no message {turn_id} of yours to forget (not one you sent, or forgotten already: "
             "`cortex recall` cites yours)"
         )
-    _publish_now(db, settings)
+    publish_now(db, settings)
     return Forgotten(turn_id, True, len(quoting), turn=True)
 
 
@@ -289,16 +289,16 @@ def unforget_message(db: Database, settings: Settings, turn_id: int) -> Forgotte
     """Undo forget_message: the message and the exchanges that quoted it are used again."""
     if not db.run(facts.unforget_turn, turn_id):
         raise ControlError(f"no forgotten message {turn_id}")
-    _publish_now(db, settings)
+    publish_now(db, settings)
     return Forgotten(turn_id, False, turn=True)
 
 
-def _publish_now(db: Database, settings: Settings) -> None:
+def publish_now(db: Database, settings: Settings) -> None:
     """Every prompt carries the bulletin and other agents read hot-snapshot.md, narrative.md and
     BOOTSTRAP.md: a forgotten fact and its turns must leave them now (and come back with unforget),
-    not when new input next rebuilds them. No model call: the bulletin's next refresh writes prose
-    again. A file not yet written quotes nothing; BOOTSTRAP.md goes last, as it embeds the snapshot
-    and the narrative."""
+    as must what a restored backup rolled back, not when new input next rebuilds them. No model
+    call: the bulletin's next refresh writes prose again. A file not yet written quotes nothing;
+    BOOTSTRAP.md goes last, as it embeds the snapshot and the narrative."""
     bulletin.refresh(db, settings, None, log.warning)
     try:
         republish_snapshot(db, settings)
@@ -421,7 +421,7 @@ def dedupe(
     if groups and action != "report":
         db.run(apply)
         _keep_in_step(db, settings)
-        _publish_now(db, settings)
+        publish_now(db, settings)
         ids = [f["id"] for g in groups for f in g]
         fresh = {f["id"]: f for f in db.run(facts.with_categories, ids)}
         groups = [[fresh[f["id"]] for f in g] for g in groups]
@@ -489,7 +489,7 @@ def clear_pins(db: Database, settings: Settings) -> list[dict]:
 
 def _publish_pins(db: Database, settings: Settings) -> None:
     """BOOTSTRAP.md lists the pins: a pin changed or unpinned must show there now, as a forget does
-    (`_publish_now`), not at the next run."""
+    (`publish_now`), not at the next run."""
     _rewrite_published(db, settings, "boot_context", boot.write_boot_context)
 
 

@@ -359,16 +359,22 @@ def extract_new_facts(
     return report
 
 
+def forget_index(db: Database, vectors: VectorStore) -> None:
+    """Drop both LanceDB tables and mark every message and fact not yet indexed: the next indexing
+    run (or `rebuild`) embeds them all again, and meanwhile recall reads them from DuckDB."""
+    for name in (EPISODIC, SEMANTIC):
+        vectors.drop(name)
+    db.run(cursors.write, EPISODIC_CURSOR, 0)
+    db.run(facts.mark_all_unindexed)
+
+
 def rebuild(
     db: Database, vectors: VectorStore, embedder: Embedder, settings: Settings, log: Log = lambda _: None
 ) -> dict:
     """Re-embed and re-index everything (after a model change or a damaged LanceDB folder).
     DuckDB is the source of truth, so LanceDB can always be rebuilt from it."""
     embedder.encode(["the model loads before anything is dropped"])
-    for name in (EPISODIC, SEMANTIC):
-        vectors.drop(name)
-    db.run(cursors.write, EPISODIC_CURSOR, 0)
-    db.run(facts.mark_all_unindexed)
+    forget_index(db, vectors)
     log("dropped the LanceDB tables; re-embedding session messages")
     episodes = index_episodes(db, vectors, embedder, settings, log=log)
     synced = sync_facts(db, vectors, embedder, settings, log=log, rebuild_outdated=True)

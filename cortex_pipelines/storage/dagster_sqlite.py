@@ -12,7 +12,8 @@ as not cleaned.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
+import time
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,30 @@ def live_runs(dagster_home: Path) -> list[str]:
     with DagsterInstance.from_config(str(dagster_home)) as instance:
         reap_dead_runs(instance)
         return [run.run_id for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT))]
+
+
+def daemon_last_reported(dagster_home: Path) -> float | None:
+    """Seconds since this instance's Dagster daemon (started by `cortex dev`) last reported, or None
+    when none has (or `cortex dev` cleared its reports on stopping): an idle `cortex dev` holds no
+    run and no file open, yet its sensors start runs at any moment."""
+    if not (dagster_home / "dagster.yaml").is_file():
+        return None
+    from dagster import DagsterInstance
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        beats = instance.get_daemon_heartbeats().values()
+    return time.time() - max(beat.timestamp for beat in beats) if beats else None
+
+
+def clear_daemon_reports(dagster_home: Path) -> None:
+    """Forget the daemon's reports once `cortex dev` has stopped, so nothing waits for them to age."""
+    if not (dagster_home / "dagster.yaml").is_file():
+        return
+    from dagster import DagsterInstance
+    from sqlalchemy.exc import SQLAlchemyError
+
+    with suppress(SQLAlchemyError, sqlite3.Error), DagsterInstance.from_config(str(dagster_home)) as instance:
+        instance.wipe_daemon_heartbeats()
 
 
 def elsewhere(dagster_home: Path) -> str | None:
