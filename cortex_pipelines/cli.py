@@ -46,7 +46,7 @@ from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import BackupError, NoSuchBackup
 from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
 from cortex_pipelines.storage.facts import CATEGORIES
-from cortex_pipelines.storage.health import as_store_damaged
+from cortex_pipelines.storage.health import as_store_damaged, one_line
 from cortex_pipelines.storage.lease import want_lane
 
 
@@ -1138,7 +1138,15 @@ def doctor(
     if repair_vectors:
         Database(settings.paths.db).migrate()  # a missing file fails here, before LanceDB is touched
         _say("rebuilding LanceDB from DuckDB (re-embedding every message and fact)", progress)
-        counts = _rebuild_vectors(settings)
+        try:
+            counts = _rebuild_vectors(settings)
+        except OSError as exc:  # the model's files, missing or unreadable: a traceback said so before
+            _fail(
+                f"LanceDB is not rebuilt: the embedding model {settings.embedding_model} does not load "
+                f"({one_line(exc)}); mend it (`cortex doctor` checks it), then "
+                "`cortex doctor --repair-vectors`",
+                code=1,
+            )
         _say(f"rebuilt: {counts['episodes']} message(s), {counts['facts']} fact(s)", progress)
     found = checkup.check_all(settings)
     if as_json:

@@ -49,8 +49,10 @@ def test_a_restore_whose_rebuild_fails_leaves_no_vector_of_what_it_rolled_back(t
         check=False,
         env={"CORTEX_EMBEDDING_MODEL": str(unloadable)},
     )
-    assert failed.returncode != 0
+    assert failed.returncode == 1
     assert "restored" in failed.stdout  # the database was brought back, then the rebuild failed
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith(f"cortex: LanceDB is not rebuilt: the embedding model {unloadable} does not load")
 
     found = cortex("recall", "locker code", "--json", home=home).stdout
     assert "PINEAPPLE" not in found
