@@ -448,28 +448,26 @@ def restore(settings: Settings, chosen: str | None) -> Restored:
     restored.migrate()
     forget_index(restored, vector_store(paths.lance))
     publish_now(restored, settings)  # out/ quoted rolled-back messages until their next refresh
-    (last_message, last_reply), replies = backup.examine(
-        source, lambda con: (health.last_ids(con), health.reply_ids(con))
-    )
+    messages, replies = backup.examine(source, health.held)
     moved, aside = backup.set_aside_replies(paths.outbox, replies)
     return Restored(
         source,
         db_path,
         kept,
-        _said_after(paths, kept, last_message, last_reply),
+        _said_after(paths, kept, messages, replies),
         moved,
         aside,
         paths.ingested,
     )
 
 
-def _said_after(paths: Paths, kept: Path | None, last_message: int, last_reply: int):
+def _said_after(paths: Paths, kept: Path | None, messages: set, replies: dict):
     """Messages (by inbox folder) and replies the replaced file holds beyond the backup, or why
     they cannot be counted. Read from the copy kept aside: no process holds it any more."""
     if kept is None:
         return f"{paths.db} was missing"
     try:
-        return backup.examine(kept, health.said_after, last_message, last_reply)
+        return backup.examine(kept, health.said_after, messages, replies)
     except (duckdb.Error, OSError) as exc:
         damage = health.as_store_damaged(exc, paths)
         return f"{paths.db} {damage.reason if damage else one_line(exc)}"

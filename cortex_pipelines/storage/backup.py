@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -220,8 +221,9 @@ def _holds_a_file(tree: Path) -> bool:
     return any(p.is_file() for p in tree.rglob("*"))
 
 
-def set_aside_replies(outbox: Path, kept: set[int]) -> tuple[int, Path]:
-    """Move each outbox/<channel>/<id>.json whose reply a restored file does not hold into
+def set_aside_replies(outbox: Path, kept: dict[int, datetime]) -> tuple[int, Path]:
+    """Move each outbox/<channel>/<id>.json whose reply a restored file does not hold (by id and
+    the time it was made: ids are taken again after a restore) into
     outbox/.rolled-back-<stamp>/<channel>/: the next replies take those ids again, and exporting
     one would overwrite a reply a connector may not have sent yet. Returns how many moved, and where."""
     aside, moved = outbox / f"{ROLLED_BACK}{_stamp()}", 0
@@ -230,11 +232,20 @@ def set_aside_replies(outbox: Path, kept: set[int]) -> tuple[int, Path]:
     )
     for channel in sorted(channels):
         for reply in sorted(channel.iterdir()):
-            if (m := _REPLY_FILE.match(reply.name)) and int(m.group(1)) not in kept:
+            if (m := _REPLY_FILE.match(reply.name)) and kept.get(int(m.group(1))) != _made_at(reply):
                 (aside / channel.name).mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.replace(reply, aside / channel.name / reply.name)
                 moved += 1
     return moved, aside
+
+
+def _made_at(reply: Path) -> datetime | None:
+    """When an outbox file's reply was made (naive UTC, as DuckDB keeps it); None if unreadable."""
+    try:
+        made = json.loads(reply.read_text(encoding="utf-8"))["created_at"]
+        return datetime.fromisoformat(made).replace(tzinfo=None)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def restore(db_path: Path, backup: Path) -> Path | None:

@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -200,24 +201,25 @@ def lease_holder(con, name: str) -> tuple[str, str, int] | None:
     return con.execute("SELECT holder, host, pid FROM brain_lease WHERE name = ?", [name]).fetchone()
 
 
-def last_ids(con) -> tuple[int, int]:
-    """The newest message's and reply's ids: what a restored backup holds up to."""
-    return con.execute(
-        "SELECT (SELECT coalesce(max(id), 0) FROM bus), (SELECT coalesce(max(id), 0) FROM outbox)"
-    ).fetchone()
+def held(con) -> tuple[set[tuple[str, str]], dict[int, datetime]]:
+    """What a restored backup holds: its messages by (channel, external id), and its replies' ids
+    with when each was made. Not by ids alone: after an earlier restore, new messages and replies
+    take ids again, and a second restore took theirs for the backup's (QA, helper-27)."""
+    messages = set(con.execute("SELECT channel, external_id FROM bus").fetchall())
+    return messages, dict(con.execute("SELECT id, created_at FROM outbox").fetchall())
 
 
-def said_after(con, bus_id: int, outbox_id: int) -> tuple[dict[str, int], int]:
-    """What a file holds beyond a backup's last ids: messages by the inbox folder they came from
-    ('' for the gateway, imports and schedules: no inbox file holds them), and replies."""
-    folders = con.execute(
-        "SELECT CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END, count(*) "
-        "FROM bus WHERE id > ? GROUP BY 1",
-        [bus_id],
-    ).fetchall()
-    replies = con.execute("SELECT count(*) FROM outbox WHERE id > ?", [outbox_id]).fetchone()[0]
-    return dict(folders), replies
-
-
-def reply_ids(con) -> set[int]:
-    return {i for (i,) in con.execute("SELECT id FROM outbox").fetchall()}
+def said_after(
+    con, messages: set[tuple[str, str]], replies: dict[int, datetime]
+) -> tuple[dict[str, int], int]:
+    """What a file holds that a backup (`held`) does not: messages by the inbox folder they came
+    from ('' for the gateway, imports and schedules: no inbox file holds them), and replies."""
+    folders: dict[str, int] = {}
+    for channel, external_id, folder in con.execute(
+        "SELECT channel, external_id, "
+        "CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END FROM bus"
+    ).fetchall():
+        if (channel, external_id) not in messages:
+            folders[folder] = folders.get(folder, 0) + 1
+    made = con.execute("SELECT id, created_at FROM outbox").fetchall()
+    return folders, sum(1 for reply_id, at in made if replies.get(reply_id) != at)

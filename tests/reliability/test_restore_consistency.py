@@ -88,3 +88,33 @@ def test_a_restore_is_refused_while_cortex_dev_runs_idle_and_goes_through_once_i
     assert "BOOTSTRAP.md" in published
     assert not [name for name, text in published.items() if "PINEAPPLE" in text]
     assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["completed"] == 1
+
+
+def test_a_second_restore_counts_and_sets_aside_what_took_the_ids_of_its_backup(tmp_path):
+    """After one restore new messages and replies take ids again; a second restore compared ids
+    alone, so it rolled "I work as a nurse" back without a word and left its reply's outbox file in
+    place of the restored reply of that id (QA, helper-27)."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "Good morning!", home=home)
+    cortex("run", home=home)
+    one = shutil.copy(home / "cortex.duckdb", tmp_path / "one-message.duckdb")
+    for text in ("I live in Lisbon.", "I have a cat called Miso."):
+        cortex("send", "webchat", text, home=home)
+    cortex("run", home=home)
+    three = shutil.copy(home / "cortex.duckdb", tmp_path / "three-messages.duckdb")
+
+    cortex("doctor", "--restore", str(one), "--yes", home=home)
+    cortex("send", "webchat", "I work as a nurse.", home=home)  # takes message id 2 again
+    cortex("run", home=home)
+    replies = home / "outbox" / "webchat"
+    nurse_reply = json.loads((replies / "0000000002.json").read_text())
+
+    restored = cortex("doctor", "--restore", str(three), "--yes", home=home)
+    assert "rolled back 1 message(s) and 1 reply(ies) from after the backup" in restored.stdout, (
+        restored.stdout
+    )
+    moved = [p for p in (home / "outbox").glob(".rolled-back-*/webchat/*.json")]
+    assert nurse_reply in [json.loads(p.read_text()) for p in moved]
+    assert not (replies / "0000000002.json").exists() or (
+        json.loads((replies / "0000000002.json").read_text()) != nurse_reply
+    )
