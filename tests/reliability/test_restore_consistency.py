@@ -81,7 +81,8 @@ def test_a_restore_is_refused_while_cortex_dev_runs_idle_and_goes_through_once_i
         assert line.startswith("cortex: `cortex dev` is running in this home"), line
         assert "PINEAPPLE" in cortex("recall", "locker code", home=home).stdout  # nothing was restored
 
-    restored = cortex("doctor", "--restore", "--yes", home=home)  # stopped: at once, no waiting
+    assert dagster_sqlite.daemon_last_reported(home / "dagster_home") is None  # cleared as it stopped
+    restored = cortex("doctor", "--restore", "--yes", home=home)  # so at once, no waiting
     assert "rolled back 1 message(s)" in restored.stdout
     assert "PINEAPPLE" not in cortex("recall", "locker code", "--json", home=home).stdout
     published = {p.name: p.read_text() for p in (home / "out").glob("*.md")}
