@@ -17,9 +17,8 @@ from cortex_pipelines.memory.control import publish_now
 from cortex_pipelines.memory.embedder import (
     mean_pooled_transformer,
     model_dimensions,
-    onnx_cache,
+    query_export_path,
     resolve_model_path,
-    weights_digest,
 )
 from cortex_pipelines.memory.models import INSTALLABLE
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, forget_index
@@ -175,20 +174,23 @@ def _embeddings(settings: Settings, vectors: VectorStore) -> Check:
     table's vectors are its own (another model's are re-embedded by the next run: not damage)."""
     name = settings.embedding_model
     source = Path(resolve_model_path(name))
+    others = {vectors.embedded_by(table)[0] for table in (EPISODIC, SEMANTIC) if vectors.exists(table)}
+    pending = (
+        f"; vectors still {', '.join(sorted(others - {name}))}'s: the next `cortex run` re-embeds"
+        if others - {name}
+        else ""
+    )
     if not source.is_dir():  # a name in the Hugging Face cache, checked at start-up
-        return Check("embeddings", source, True, f"{name} (from the Hugging Face cache)")
+        return Check("embeddings", source, True, f"{name} (from the Hugging Face cache){pending}")
     if not any(next(source.glob(pattern), None) for pattern in WEIGHTS):
         repair = f"cortex model install {name}" if name in INSTALLABLE else "put the model's files back"
         whose = f" for {name}" if name != str(source) else ""
         return Check("embeddings", source, False, f"no weights in {source}{whose}", repair)
     detail = f"{name}, {model_dimensions(source) or '?'} dims"
     if mean_pooled_transformer(source):
-        made = (onnx_cache() / f"{Path(name).name}-{weights_digest(source)}.onnx").is_file()
+        made = query_export_path(name, source).is_file()
         detail += ", query encoder " + ("ready" if made else "not made yet (the first query makes it)")
-    others = {vectors.embedded_by(table)[0] for table in (EPISODIC, SEMANTIC) if vectors.exists(table)}
-    if others - {name}:
-        detail += f"; vectors still {', '.join(sorted(others - {name}))}'s: the next `cortex run` re-embeds"
-    return Check("embeddings", source, True, detail)
+    return Check("embeddings", source, True, detail + pending)
 
 
 def _snapshots(vectors: VectorStore) -> Check:

@@ -193,7 +193,7 @@ class Embedder:
             log.info("queries embed with torch: the ONNX export does not fit %s's layers", self.model_name)
             return False
         try:
-            path = onnx_cache() / f"{Path(self.model_name).name}-{weights_digest(source)}.onnx"
+            path = query_export_path(self.model_name, source)
             if not path.is_file():
                 export_query_encoder(self, source, path)
             return QueryEncoder(path, source)
@@ -225,6 +225,11 @@ class QueryEncoderMismatch(ValueError):
 
 def onnx_cache() -> Path:
     return user_cache("onnx")
+
+
+def query_export_path(model: str, source: Path) -> Path:
+    """Where a model's ONNX query export is cached: named by its weights, so new weights, a new export."""
+    return onnx_cache() / f"{Path(model).name}-{weights_digest(source)}.onnx"
 
 
 def weights_digest(source: Path) -> str:
