@@ -1133,7 +1133,7 @@ def doctor(
             _fail(str(exc), code=1)
         for line in restored.lines():
             _say(line, progress)
-        init_home(settings)  # a backup from before a migration is migrated now
+        init_home(settings)  # the folders and dagster.yaml (the restore migrated the file)
         repair_vectors = True  # LanceDB may hold messages the backup does not have
     if repair_vectors:
         Database(settings.paths.db).migrate()  # a missing file fails here, before LanceDB is touched

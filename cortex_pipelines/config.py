@@ -184,7 +184,7 @@ class Settings(BaseSettings):
     schedule_grace_s: float = Field(120.0, gt=0, description="a firing found later than this is marked late")
 
     # Memory (seeds 000, 001, 002, 004)
-    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_model: str = DEFAULT_MODEL
     embedding_device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     embedding_batch_size: int = Field(64, ge=1)
     extraction_every_turns: int = Field(6, ge=1)

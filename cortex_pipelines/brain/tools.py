@@ -248,7 +248,8 @@ TOOLS = COMMON_TOOLS + MEMORY_TOOLS + ADMIN_TOOLS
 
 
 def speaks_for_owner(settings: Settings, msg: BusMessage) -> bool:
-    """The owner's own turn, or a firing of a schedule the owner made."""
+    """The owner's own turn, a firing of a schedule the owner made, or (on the router channel) a
+    result from a sender that completes delegated work."""
     return settings.speaks_for_owner(msg.channel, msg.sender) or settings.is_owner(msg.channel, msg.sender)
 
 

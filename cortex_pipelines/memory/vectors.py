@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from cortex_pipelines.memory.embedder import DEFAULT_MODEL
+from cortex_pipelines.memory.models import DEFAULT_MODEL
 from cortex_pipelines.memory.snapshot import EMBEDDER_KEY, Snapshot
 
 os.environ.setdefault("LANCE_LOG", "error")
@@ -189,14 +189,12 @@ class VectorStore:
         """Why a table must be rebuilt from DuckDB, if it must: it predates a column, or another
         model made its vectors (a changed `embedding_model`). By name: learning a model's width
         may mean loading it, and every `cortex forget` asks."""
-        if not self.exists(name):
+        made = self.embedded_by(name)
+        if made is None:
             return None
-        table_schema = self.table(name).schema
-        named = (table_schema.field("vector").metadata or {}).get(EMBEDDER_KEY)
-        made_by = named.decode() if named else UNNAMED_EMBEDDER
-        if made_by != embedder:
-            return f"its vectors are {made_by}'s, not {embedder}'s"
-        if COLUMNS[name] - set(table_schema.names):
+        if made[0] != embedder:
+            return f"its vectors are {made[0]}'s, not {embedder}'s"
+        if COLUMNS[name] - set(self.table(name).schema.names):
             return "it predates its current columns"
         return None
 
