@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -88,7 +89,7 @@ class OfflineClient:
             summary = " ".join(str(op.get("result", "")).split())[:600]
             return _reply(
                 request,
-                f"[[send_to:{target}]] Your delegated task is done ({op['description'][:80]}): {summary}",
+                f"[[send_to:{target}]] Your delegated task is done ({_named(op['description'])}): {summary}",
             )
         if hints.get("op_note"):
             return _reply(request, f"Not recorded as a result: {hints['op_note']}.")
@@ -321,6 +322,12 @@ def _tool_names(messages: list[dict]) -> dict[str, str]:
 
 def _usage_in(request: LLMRequest) -> int:
     return estimate_tokens(request.system) + estimate_tokens(json.dumps(request.messages))
+
+
+def _named(task: str) -> str:
+    """A delegated task, as the reply names it: its first words, marked when cut ("… prices? I" had
+    read as the whole task)."""
+    return textwrap.shorten(task, 80, placeholder=" …")
 
 
 def _reply(request: LLMRequest, text: str) -> LLMResponse:

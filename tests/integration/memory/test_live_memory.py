@@ -192,6 +192,10 @@ def test_make_demo_answers_its_five_questions_with_the_right_facts(tmp_path):
     for path in (home / "outbox").rglob("*.json"):
         body = json.loads(path.read_text())
         replies[body["reply_to"]] = body["text"]
+    # The delegated research's result names the task; cut to its first words, it says so.
+    done = next(text for text in replies.values() if text.startswith("Your delegated task is done ("))
+    named = done.removeprefix("Your delegated task is done (").split("):")[0]
+    assert named.endswith(" …") and bus["demo-007"][1].startswith(named.removesuffix(" …")), done
     for external_id, fact in DEMO_ANSWERS.items():
         reply = replies[bus[external_id][0]]
         assert fact in reply, (external_id, reply)
