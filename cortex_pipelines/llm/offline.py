@@ -87,10 +87,8 @@ class OfflineClient:
         if op:
             target = op.get("expected_channel") or hints.get("channel")
             summary = " ".join(str(op.get("result", "")).split())[:600]
-            return _reply(
-                request,
-                f"[[send_to:{target}]] Your delegated task is done ({_named(op['description'])}): {summary}",
-            )
+            task = _delegated_task(op["description"])
+            return _reply(request, f"[[send_to:{target}]] Your delegated task is done ({task}): {summary}")
         if hints.get("op_note"):
             return _reply(request, f"Not recorded as a result: {hints['op_note']}.")
         if _THANKS.match(text):
@@ -324,7 +322,7 @@ def _usage_in(request: LLMRequest) -> int:
     return estimate_tokens(request.system) + estimate_tokens(json.dumps(request.messages))
 
 
-def _named(task: str) -> str:
+def _delegated_task(task: str) -> str:
     """A delegated task, as the reply names it: its first words, marked when cut ("… prices? I" had
     read as the whole task)."""
     return textwrap.shorten(task, 80, placeholder=" …")
