@@ -1,6 +1,7 @@
 """Simple English reminder requests, for the offline provider: "remind me every Monday at 9 to send
 my timesheet", "remind me tomorrow at 8am to call Anna", "remind me on March 3 at 10am to call the
-dentist", "in 2 hours remind me to stretch", "remind me every 30 minutes to stretch".
+dentist", "in 2 hours remind me to stretch", "remind me every 30 minutes to stretch", "remind me on
+the 1st of every month at 9 to pay rent", "remind me every March 3 to renew the insurance".
 
 Only explicit requests, in the shapes a demo needs, are understood; an explicit request it cannot
 read raises Unreadable, so that the user is told; anything else is left to a real model. The result
@@ -76,10 +77,11 @@ _RELATIVE_DAY = re.compile(
 )
 _WEEKDAY = re.compile(rf"\b(?:(?:on|next|this)\s+)?(?P<weekday>{_DAY})\b(?!['’]s){_PART}", re.I)
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_MONTH = (
-    r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-    r"|sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\b\.?"
+_MONTH_NAME = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sept?(?:ember)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 )
+_MONTH = rf"(?P<month>{_MONTH_NAME})\b\.?"
 _MDAY = r"(?P<mday>\d{1,2})(?:st|nd|rd|th)?\b"
 _YEAR = r"(?:,?\s+(?P<year>\d{4})\b)?"
 _ON = r"\b(?:(?P<every>every|each)\s+|on\s+)"
@@ -89,10 +91,55 @@ _DATES = (
     re.compile(rf"{_ON}?(?:the\s+)?{_MDAY}\s+(?:of\s+)?{_MONTH}{_YEAR}", re.I),
     re.compile(rf"{_ON}(?:the\s+)?(?P<mday>\d{{1,2}})(?:st|nd|rd|th)\b", re.I),
 )
-# A date that repeats ("every March 3", "on the 5th of each month") is refused, not set once, and so is
-# a repeating reminder with a date ("every day until Dec 24"): it repeats by the day of the week only.
-_MONTHLY = re.compile(r"\b(?:every|each)\s+(?:month|year)\b", re.I)
-_NOT_ON_DATES = 'I can repeat a reminder on days of the week, as in "every Monday at 9", not on dates'
+# A repeating reminder goes on from now: one with a date besides ("every day until Dec 24", "on the 1st
+# of every month from May 3") is refused, not set without it.
+_DATED_REPEAT = (
+    'I can repeat a reminder on days of the week, as in "every Monday at 9", or on a day of every month '
+    'or year, as in "on the 1st of every month at 9", but not until or from a date'
+)
+_FIRSTS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
+_TEENS = ("tenth", "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth")
+_TEENS += ("seventeenth", "eighteenth", "nineteenth")
+_ORDINALS = dict(
+    zip(
+        (*_FIRSTS, *_TEENS, "twentieth", *(f"twenty{word}" for word in _FIRSTS), "thirtieth", "thirtyfirst"),
+        range(1, 32),
+        strict=True,
+    )
+)
+# "twenty-first", "twenty first" and "twentyfirst" alike.
+_ORDINAL = "|".join(re.sub("^(twenty|thirty)", r"\1[\\s-]?", word) for word in _ORDINALS)
+_NTH = rf"(?:\d{{1,2}}(?:st|nd|rd|th)?|{_ORDINAL}|last)\b"
+_NTHS = rf"{_NTH}(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:the\s+)?{_NTH})*"
+# What may follow a day of the month, so that "on the first Monday", "focus on 2 goals" and "every 5th
+# day" name none ("… on the 1st send me a summary" does).
+_DAY_ENDS = (
+    rf"(?=\s*(?:[,;!?&]|[.:](?!\d)|$|(?:days?\s+of|of|at|to|about|that|every|each|in|remind|monthly"
+    rf"|{_MONTH_NAME}|[a-z]+\s+(?:me|us))\b))"
+)
+# A reminder that repeats by the calendar: "every month", "each year", "monthly", "annually", "every
+# March 3", "every 5th"; "every 2 months" too, to refuse. "The monthly rent" and "every month's bill"
+# say nothing of when.
+_BY_DATE = re.compile(
+    rf"\b(?:(?:every|each)\s+(?:(?P<n>{_NUMBER}|{'|'.join(_EVERY_OTHER)})\s+)?(?P<unit>month|year)s?\b(?!['’])"
+    r"|(?P<adverb>monthly|yearly|annually)\b(?=\s*(?:[,.;:!?]|$|(?:on|at|to|about|that|in|remind)\b))"
+    rf"|(?:every|each)\s+(?=(?:the\s+)?{_NTHS}{_DAY_ENDS}|(?P<month>{_MONTH_NAME})\b))",
+    re.I,
+)
+# The days of "on the 5th of every month", "every month on the first", "on the 1st and 15th", "the
+# last day of each month", "monthly on 15".
+_MONTH_DAYS = re.compile(
+    rf"\b(?:on\s+(?:the\s+)?|(?:every|each)\s+(?:the\s+)?"
+    rf"|the\s+(?={_NTHS}(?:\s+days?)?\s+of\s+(?:every|each|the)\s+month\b))"
+    rf"(?P<days>{_NTHS}){_DAY_ENDS}(?:\s+days?)?(?:\s+of\s+(?:every|each|the)\s+month\b)?",
+    re.I,
+)
+_MONTH_DAY = re.compile(rf"\d+|(?:{_ORDINAL}|last)\b", re.I)
+_BY_DATE_EXAMPLES = {"month": "on the 1st of every month at 9", "year": "every March 3 at 9"}
+# Past the 28th a day is not in every month: cron would skip those months without a word.
+_IN_EVERY_MONTH = 28
+# "in the evening", "at night": the hour of a repeating reminder without a time of day.
+_PART_OF_DAY = re.compile(rf"\b(?:in\s+the|at)\s+(?P<part>{_PARTS})\b", re.I)
 # "on 3/4": which is the day and which the month cannot be told, so it is refused.
 _NUMERIC_DATE = re.compile(r"\bon\s+\d{1,4}[/.-]\d{1,2}(?:[/.-]\d{2,4})?\b", re.I)
 _YESTERDAY = re.compile(r"\byesterday\b(?!['’]s)", re.I)
@@ -136,11 +183,12 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
     must carry a ZoneInfo: wall-clock math in a fixed offset put "tomorrow at 9" an hour off across a
     clock change. Raises Unreadable for a request it cannot read."""
     asked = _REQUEST.search(text) is not None
-    every = _EVERY.search(text)
-    if not asked and (every is None or text[: every.start()].strip()):
+    every, by_date = _EVERY.search(text), _BY_DATE.search(text)
+    repeats = min(filter(None, (every, by_date)), key=re.Match.start, default=None)
+    if not asked and (repeats is None or text[: repeats.start()].strip()):
         return None
-    if every:
-        return _recurring(text, every, asked)
+    if repeats is not None:  # the first that says so: "on the 1st of every month … every day's mail"
+        return _recurring(text, every, asked) if repeats is every else _by_date(text, by_date, asked)
     if delay := _IN.search(text):
         return _after(text, delay, now_local)
     return _one_shot(text, now_local)
@@ -201,21 +249,98 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     if not asked and not _ADDRESSED.match(task):
         return None
     if _date(text):  # "every day until Dec 24": not from today on, unbounded
-        raise Unreadable(_NOT_ON_DATES)
+        raise Unreadable(_DATED_REPEAT)
     if step is not None and step != _DAY_MINUTES and not weekly:
         cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
         return ReminderRequest(_need(task), cron=cron)
     task = _need(task)
-    hour, minute, bare = _time_of_day(clock) if clock else (_PART_HOURS.get(what, _DEFAULT_HOUR), 0, False)
-    if bare:
-        hour = _bare_hour(hour, what)
-    elif what == "night" and clock and _bare_twelve(clock):
-        hour = 0
+    hour, minute = _repeating_time(clock, what)
     dow = {"weekday": "1-5", "weekend": "6,0"}.get(what)
     if days := every.group("days") or (weekly and weekly.group("days")):
         named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
         dow = ",".join(str(d) for d in sorted(named))
     return ReminderRequest(task, cron=f"{minute} {hour} * * {dow or '*'}")
+
+
+def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None:
+    """A day of every month ("on the 5th of every month") or year ("every March 3") at a time of day:
+    cron's day-of-month and month fields. A day not in every month or year is refused, not skipped
+    where it is missing; so is a repeating reminder with no day, never set once instead."""
+    dated = _date(text)
+    named = dated if dated and dated.groupdict().get("month") else None  # a date with its month
+    said = (period.group("unit") or period.group("adverb") or "").lower()
+    yearly = said.startswith(("year", "annual")) or (not said and bool(named or period.group("month")))
+    unit = "year" if yearly else "month"
+    example = _BY_DATE_EXAMPLES[unit]
+    days = None if yearly else _MONTH_DAYS.search(text)
+    clock, part = _first_clock(text), _PART_OF_DAY.search(text)
+    task = _task(text, period, named if yearly else days, clock, part)
+    if not asked and not _ADDRESSED.match(task):
+        return None
+    if period.group("n") and _number(period.group("n")) != 1:
+        raise Unreadable(
+            f"{' '.join(period.group(0).split())} can't be kept exactly: a repeating reminder comes back "
+            f'every {unit} on the day it names; I can set one for every {unit}, as in "{example}"'
+        )
+    if yearly:
+        if named is None:
+            raise Unreadable(f'every year needs a date, as in "{example}"')
+        fields = _yearly_date(named)
+    elif named:  # "on the 1st of every month until Dec 24"
+        raise Unreadable(_DATED_REPEAT)
+    elif days is None:
+        raise Unreadable(f'every month needs a day of the month, as in "{example}"')
+    else:
+        fields = ",".join(dict.fromkeys(map(_month_day, _MONTH_DAY.findall(days.group("days"))))) + " *"
+    hour, minute = _repeating_time(clock, part.group("part").lower() if part else "")
+    return ReminderRequest(_need(task), cron=f"{minute} {hour} {fields} *")
+
+
+def _month_day(said: str) -> str:
+    """Cron's day of the month for "5", "fifth", "twenty-first", "last"."""
+    word = re.sub(r"[\s-]", "", said.lower())
+    if word == "last":
+        return "L"
+    n = int(word) if word.isdigit() else _ORDINALS[word]
+    if not 1 <= n <= 31:
+        raise Unreadable(f"the {_nth(n)} is not a day of the month")
+    if n > _IN_EVERY_MONTH:
+        raise Unreadable(
+            f'not every month has a {_nth(n)}; say "on the last day of every month" or "on the 28th of '
+            'every month"'
+        )
+    return str(n)
+
+
+def _yearly_date(named: re.Match) -> str:
+    """Cron's day and month fields for "March 3"; a year said would end or start it, 29 February
+    comes every fourth year."""
+    said = re.sub(r"^(?:on|every|each)\s+", "", " ".join(named.group(0).split()), flags=re.I)
+    if named.group("year"):
+        raise Unreadable(_DATED_REPEAT)
+    month, mday = _MONTHS.index(named.group("month")[:3].lower()) + 1, int(named.group("mday"))
+    try:
+        date(2000, month, mday)  # a leap year
+    except ValueError:
+        raise Unreadable(f"{said} is not a date") from None
+    if (month, mday) == (2, 29):
+        raise Unreadable(f'{said} comes only in leap years; say "every February 28" or "every March 1"')
+    return f"{mday} {month}"
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if n % 100 in (11, 12, 13) else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _repeating_time(clock: re.Match | None, part: str) -> tuple[int, int]:
+    """(hour, minute) of a repeating reminder: a bare hour read by `_bare_hour`, 12 at night is
+    midnight; without a time, the part of the day's hour or 09:00."""
+    hour, minute, bare = _time_of_day(clock) if clock else (_PART_HOURS.get(part, _DEFAULT_HOUR), 0, False)
+    if bare:
+        return _bare_hour(hour, part), minute
+    if part == "night" and clock and _bare_twelve(clock):
+        return 0, minute
+    return hour, minute
 
 
 def _step(every: re.Match) -> int | None:
@@ -360,7 +485,7 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
         on = today
         later = None if named else today + timedelta(days=1)  # "at 9", once passed: tomorrow's
     if dated:
-        named_on, on, later = on, _calendar_day(dated, text, today), None
+        named_on, on, later = on, _calendar_day(dated, today), None
         if day and (on.weekday() != _DAYS.index(named) if named in _DAYS else on != named_on):
             raise Unreadable(f"{(found.get('weekday') or day.group(0)).strip()} is not {on.day} {on:%B}")
         named = f"on {on.day} {on:%B}"
@@ -385,12 +510,12 @@ def _date(text: str) -> re.Match | None:
     return next((m for pattern in _DATES if (m := pattern.search(text))), None)
 
 
-def _calendar_day(dated: re.Match, text: str, today: date) -> date:
+def _calendar_day(dated: re.Match, today: date) -> date:
     """The day a date names: this year's, or next year's once it has passed ("on the 5th": the next
     5th, this month's or a later month's); a year said is kept."""
     said = re.sub(r"^on\s+", "", " ".join(dated.group(0).split()), flags=re.I)
-    if dated.group("every") or _MONTHLY.search(text):
-        raise Unreadable(_NOT_ON_DATES)
+    if dated.group("every"):  # "every 5th day": no day of the month, no step cron keeps
+        raise Unreadable(_DATED_REPEAT)
     found = dated.groupdict()
     month = _MONTHS.index(found["month"][:3].lower()) + 1 if found.get("month") else None
     mday, year = int(found["mday"]), int(found.get("year") or 0)

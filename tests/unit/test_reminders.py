@@ -104,6 +104,10 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me every 24 hours at 8 to take the pill", "take the pill", "0 8 * * *"),
         ("remind me every week on Friday at 5pm to send the report", "send the report", "0 17 * * 5"),
         ("remind me every night at 12 to lock up", "lock up", "0 0 * * *"),
+        # A day of every month or year: cron's day-of-month and month fields.
+        ("remind me on the 5th of every month at 9 to pay rent", "pay rent", "0 9 5 * *"),
+        ("remind me on the last day of every month to file expenses", "file expenses", "0 9 L * *"),
+        ("remind me every year on March 3 at 10 to call the dentist", "call the dentist", "0 10 3 3 *"),
     ],
 )
 def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron):
@@ -121,6 +125,7 @@ def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron)
         "remind me what moved to Friday",  # asks memory
         "Every 2 days I water the plants",
         "I stretch every 30 minutes",
+        "I pay rent every month at 9",
     ],
 )
 def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
@@ -153,6 +158,8 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me every other Monday to pay", "every other Monday can't be kept exactly"),
         ("remind me every fortnight on Friday to pay", "every fortnight can't be kept exactly"),
         ("remind me every week to call gran", "every week needs a day of the week"),
+        ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
+        ("remind me every year at 9 to renew", "every year needs a date"),
         ("remind me to buy milk", "I couldn't tell when"),
         ("remind me at 5", "I couldn't tell what to remind you of"),
     ],
@@ -178,6 +185,14 @@ def _fires(cron: str, after: str, count: int) -> list[str]:
         ("30 1 * * *", "2026-10-25T00:31:00+00:00", ["2026-10-26T01:30+00:00"]),
         # 01:30 never comes on 29 March: it fires once, at 02:00 BST.
         ("30 1 * * *", "2026-03-28T12:00:00+00:00", ["2026-03-29T02:00+01:00", "2026-03-30T01:30+01:00"]),
+        # The last day of the month, and 29 February in a leap year, on the wall clock of the day.
+        (
+            "0 9 L * *",
+            "2026-01-31T12:00:00+00:00",
+            ["2026-02-28T09:00+00:00", "2026-03-31T09:00+01:00", "2026-04-30T09:00+01:00"],
+        ),
+        ("0 9 L 2 *", "2027-03-01T00:00:00+00:00", ["2028-02-29T09:00+00:00"]),
+        ("0 10 3 3 *", "2026-03-28T12:00:00+00:00", ["2027-03-03T10:00+00:00", "2028-03-03T10:00+00:00"]),
         # An hourly job runs by the elapsed clock through the repeated hour, as cron does.
         (
             "0 * * * *",
@@ -220,6 +235,20 @@ def test_the_offline_provider_schedules_on_the_zones_clock_from_when_the_user_as
     assert fast.tool_calls[0].input["at"].startswith("2026-03-27T10:10:00+00:00")
 
 
+@pytest.mark.parametrize(
+    ("text", "cron"),
+    [
+        ("remind me on the 1st of every month at 9 to pay rent", "0 9 1 * *"),
+        ("remind me on the last day of every month at 6pm to file expenses", "0 18 L * *"),
+        ("remind me every March 3 to renew the insurance", "0 9 3 3 *"),
+    ],
+)
+def test_the_offline_provider_repeats_a_reminder_on_a_day_of_every_month_or_year(text, cron):
+    (call,) = _offline(text, "2026-03-28T12:00:00+00:00").tool_calls
+    assert (call.input.get("cron"), call.input.get("at")) == (cron, None)
+    schedules.ScheduleRequest(**call.input)  # valid as the tool takes it
+
+
 def test_a_long_reminder_keeps_its_whole_text_in_the_action():
     words = " ".join(f"word{n}" for n in range(60))
     (call,) = _offline(f"remind me tomorrow at 9 to {words}", "2026-03-28T12:00:00+00:00").tool_calls
@@ -239,6 +268,9 @@ def test_a_long_reminder_keeps_its_whole_text_in_the_action():
         ("remind me every 45 minutes to stretch", "every 45 minutes does not divide the hour"),
         ("every weekday at 25:00 remind me to bad", "25:00 is not a time of day"),
         ("remind me tomorrow at 9 to " + "x" * 10_000, "its text is 10,000 characters long"),
+        # Never set once, for tonight: "every month" needs its day.
+        ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
+        ("remind me on the 31st of every month to pay rent", "not every month has a 31st"),
     ],
 )
 def test_a_reminder_request_the_offline_provider_cannot_keep_is_told_so(text, why):

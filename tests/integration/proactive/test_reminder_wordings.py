@@ -95,6 +95,46 @@ def test_a_calendar_date_is_a_day_in_the_jobs_time_zone(tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_a_reminder_on_a_day_of_every_month_or_year_repeats(tmp_path):
+    """A day of the month or year repeats on it ("every month at 9" had been set once, for tonight,
+    with "every month" in its text, and "on the 5th of every month" refused); a repeating reminder
+    with no day, or with a day not in every month or year, sets nothing."""
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        [
+            "remind me on the 5th of every month at 9 to pay rent",
+            "remind me on the last day of every month at 6pm to file expenses",
+            "remind me every March 3 to renew the insurance",
+            "remind me every year on 24 December at 7pm to wrap gifts",
+            "remind me every month at 9 to water the ferns",
+            "remind me every year at 9 to book the boiler service",
+            "remind me on the 31st of every month to back up",
+            "remind me every Feb 29 to celebrate",
+        ],
+    )
+    assert _jobs(home) == {
+        "pay rent": ("cron 0 9 5 * *", "2026-04-05T09:00+01:00"),
+        "file expenses": ("cron 0 18 L * *", "2026-03-31T18:00+01:00"),
+        "renew the insurance": ("cron 0 9 3 3 *", "2027-03-03T09:00+00:00"),
+        "wrap gifts": ("cron 0 19 24 12 *", "2026-12-24T19:00+00:00"),
+    }
+    assert "pay rent — next Sun 05 Apr at 09:00 Europe/London, repeating" in replies[0]
+    assert replies[4].startswith(
+        "I haven't set a reminder: every month needs a day of the month, as in \"on the 1st of every "
+        'month at 9".'
+    )
+    assert replies[5].startswith(
+        'I haven\'t set a reminder: every year needs a date, as in "every March 3 at 9".'
+    )
+    assert replies[6].startswith("I haven't set a reminder: not every month has a 31st;")
+    assert replies[7].startswith("I haven't set a reminder: Feb 29 comes only in leap years;")
+    # The last day of the month is April's 30th next.
+    assert "Reminder: file expenses" in cortex("--now", "2026-03-31T17:00:10Z", "run", home=home).stdout
+    assert _jobs(home)["file expenses"] == ("cron 0 18 L * *", "2026-04-30T18:00+01:00")
+
+
+@pytest.mark.timeout(600)
 def test_a_reminder_for_yesterday_is_refused(tmp_path):
     home = tmp_path / "home"
     replies = _answer(
@@ -215,13 +255,131 @@ def test_english_reads_dates_and_spans(text, now, task, at):
         ("remind me tomorrow to book the May 3 flight", "tomorrow is not 3 May"),
         ("remind me on March 3, 2026 to renew", "March 3, 2026 has already passed"),
         ("remind me on March 28 at 9am to renew", "09:00 on 28 March has already passed"),
-        # Never set once for a date that repeats.
-        ("remind me every March 3 to renew", "not on dates"),
-        ("remind me on the 5th of every month to pay rent", "not on dates"),
-        ("remind me every day until Dec 24 to water the tree", "not on dates"),
+        # A repeating reminder goes on from now: never until a date, nor set once instead.
+        ("remind me every day until Dec 24 to water the tree", "not until or from a date$"),
+        ("remind me on the 1st of every month until Dec 24 to pay", "not until or from a date$"),
+        ("remind me every year on March 3, 2027 to renew", "not until or from a date$"),
+        ("remind me every 5th day to water", "not until or from a date$"),
         ("remind me on 3/4 at 10 to renew", '"on 3/4" could be either of two days'),
     ],
 )
 def test_english_refuses_a_date_it_cannot_keep(text, why):
     with pytest.raises(english.Unreadable, match=why):
         english.parse(text, SAT_NOON)
+
+
+@pytest.mark.parametrize(
+    ("text", "task", "cron"),
+    [
+        # Each had been set once, with the repetition in the reminder's text, or refused.
+        ("remind me on the first of every month at 9 to pay rent", "pay rent", "0 9 1 * *"),
+        ("remind me monthly on the 15th at 8am to pay rent", "pay rent", "0 8 15 * *"),
+        ("remind me on the 5th of every month to pay rent", "pay rent", "0 9 5 * *"),
+        ("remind me every month on the 5th to pay rent", "pay rent", "0 9 5 * *"),
+        ("remind me on the first of each month to pay rent", "pay rent", "0 9 1 * *"),
+        ("remind me the 1st of every month to pay rent", "pay rent", "0 9 1 * *"),
+        ("set a reminder for the 1st of every month to pay rent", "pay rent", "0 9 1 * *"),
+        ("Reminder: pay rent on the 1st of every month", "pay rent", "0 9 1 * *"),
+        ("remind me on the 5th to pay rent monthly", "pay rent", "0 9 5 * *"),
+        ("remind me every month on 15 at 8 to water", "water", "0 8 15 * *"),
+        ("remind me every 5th to pay rent", "pay rent", "0 9 5 * *"),
+        ("remind me every second of the month to x", "x", "0 9 2 * *"),
+        ("remind me on the tenth of every month to x", "x", "0 9 10 * *"),
+        ("remind me on the twenty-first of each month to x", "x", "0 9 21 * *"),
+        (
+            "remind me on the 1st and 15th of every month at 9 to pay the nanny",
+            "pay the nanny",
+            "0 9 1,15 * *",
+        ),
+        ("remind me on the last day of every month to file expenses", "file expenses", "0 9 L * *"),
+        ("remind me every last day of the month at 12 at night to x", "x", "0 0 L * *"),
+        # A bare hour as in every repeating reminder; a part of the day without a time.
+        ("remind me on the 1st of every month at 3 to call gran", "call gran", "0 15 1 * *"),
+        ("remind me on the 1st of every month in the evening to call gran", "call gran", "0 18 1 * *"),
+        ("remind me on the 5th of every month at 9.30 to pay", "pay", "30 9 5 * *"),
+        ("Every month on the 1st send me a budget summary", "send me a budget summary", "0 9 1 * *"),
+        (
+            "remind me on the 1st of every month to read every day's notes",
+            "read every day's notes",
+            "0 9 1 * *",
+        ),
+        ("remind me every year on March 3 at 10 to call the dentist", "call the dentist", "0 10 3 3 *"),
+        ("remind me every March 3 to renew", "renew", "0 9 3 3 *"),
+        ("remind me each year on the 3rd of March to renew", "renew", "0 9 3 3 *"),
+        ("remind me yearly on 24 December to wrap gifts", "wrap gifts", "0 9 24 12 *"),
+        ("remind me annually on March 3 to renew", "renew", "0 9 3 3 *"),
+        ("Every 3 March remind me to renew", "renew", "0 9 3 3 *"),
+    ],
+)
+def test_english_repeats_on_a_day_of_every_month_or_year(text, task, cron):
+    wish = english.parse(text, SAT_NOON)
+    assert wish is not None and (wish.task, wish.cron, wish.at) == (task, cron, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        # Never set once, for today or tomorrow, with "every month" in its text.
+        ("remind me every month at 9 to pay rent", "^every month needs a day of the month, as in"),
+        ("remind me monthly at 9am to pay rent", "^every month needs a day of the month"),
+        ("remind me to pay rent monthly", "^every month needs a day of the month"),
+        ("remind me every month to focus on the first goal", "^every month needs a day of the month"),
+        ("remind me on the first Monday of every month to book", "^every month needs a day of the month"),
+        (
+            "remind me every year at 9 to renew insurance",
+            '^every year needs a date, as in "every March 3 at 9"$',
+        ),
+        ("remind me every May to renew", "^every year needs a date"),
+        # Cron would skip the months or years without that day.
+        (
+            "remind me on the 31st of every month to pay",
+            '^not every month has a 31st; say "on the last day of',
+        ),
+        ("remind me on the thirtieth of every month to pay", "^not every month has a 30th"),
+        ("remind me on the 29th of every month to pay", "^not every month has a 29th"),
+        ("remind me on the 32nd of every month to pay", "^the 32nd is not a day of the month$"),
+        ("remind me every Feb 29 to celebrate", '^Feb 29 comes only in leap years; say "every February 28"'),
+        ("remind me every year on Feb 30 to celebrate", "^Feb 30 is not a date$"),
+        ("remind me every 2 months on the 5th to pay", "^every 2 months can't be kept exactly"),
+        ("remind me every other year on March 3 to renew", "^every other year can't be kept exactly"),
+    ],
+)
+def test_english_refuses_a_day_of_every_month_or_year_it_cannot_keep(text, why):
+    with pytest.raises(english.Unreadable, match=why):
+        english.parse(text, SAT_NOON)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I pay rent every month at 9",
+        "Every month on the 1st I pay rent",
+        "my insurance renews every March 3",
+        "Monthly on the 5th we pay the rent",
+    ],
+)
+def test_a_statement_of_what_repeats_monthly_sets_no_reminder(text):
+    assert english.parse(text, SAT_NOON) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "task", "at"),
+    [
+        # "monthly" and "every month's" that say nothing of when: set once, as before.
+        ("remind me to pay the monthly rent tomorrow at 9", "pay the monthly rent", "2026-03-29T09:00+01:00"),
+        (
+            "remind me to send the yearly report on March 3",
+            "send the yearly report",
+            "2027-03-03T09:00+00:00",
+        ),
+        (
+            "remind me tomorrow to pay every month's bills",
+            "pay every month's bills",
+            "2026-03-29T09:00+01:00",
+        ),
+    ],
+)
+def test_a_monthly_word_that_names_no_repetition_sets_one_reminder(text, task, at):
+    wish = english.parse(text, SAT_NOON)
+    assert wish is not None and wish.cron is None
+    assert (wish.task, wish.at.isoformat(timespec="minutes")) == (task, at)
