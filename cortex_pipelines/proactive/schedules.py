@@ -4,11 +4,14 @@ messages on the `cron` channel, through the same validation and bus as any other
 A firing and the advance of its job's `next_fire_at` commit in one transaction, and the bus row's
 external id is `<job>@<fire time>`, so a crash or restart neither skips nor doubles a firing. A
 firing found more than `schedule_grace_s` after its due time (Cortex was down) is delivered once,
-marked late; several missed firings of one job collapse into that one late delivery.
+marked late; several missed firings of one job collapse into that one late delivery. A firing
+whose job's channel has since been removed from the configuration or turned off is answered on a
+channel the owner can still read, and says so (`reply_target`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,7 +20,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cortex_pipelines.config import CHANNEL_PATTERN, SCHEDULE_CHANNEL, SCHEDULE_SENDER, Settings
+from cortex_pipelines.config import (
+    ADMIN_CHANNEL,
+    CHANNEL_PATTERN,
+    ROUTER_CHANNEL,
+    SCHEDULE_CHANNEL,
+    SCHEDULE_SENDER,
+    Settings,
+)
 from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import enqueue_rows, sent_at
@@ -26,6 +36,11 @@ SENDER = SCHEDULE_SENDER
 CHANNEL = SCHEDULE_CHANNEL
 DESCRIPTION_MAX = 200
 ACTION_MAX = 2000
+# Never where a reminder falls back to: the firings' own channel, delegated results', and the
+# owner's terminal (`cortex chat` shows the answers to what is typed in it, nothing else).
+_NO_FALLBACK = frozenset({SCHEDULE_CHANNEL, ROUTER_CHANNEL, ADMIN_CHANNEL})
+
+log = logging.getLogger(__name__)
 
 
 class ScheduleError(ValueError):
@@ -179,9 +194,41 @@ class Firing:
     late: bool
     missed: int
     bus_id: int | None  # None when this firing was already on the bus
+    rerouted: str | None = None  # why its reply goes elsewhere than its job's channel, one line
 
 
-def _firing_text(job: dict, due_local: datetime, late: bool, missed: int, max_bytes: int) -> str:
+def _gone(settings: Settings, channel: str) -> str | None:
+    """Why a reply on `channel` would reach nobody, or None when it can be delivered (a `shadow`
+    channel is kept: recording without sending is what its owner asked of it)."""
+    if channel not in settings.known_channels():
+        return "no longer configured"
+    if settings.mode_for(channel) == "off":
+        return "turned off"
+    return None
+
+
+def reply_target(con, settings: Settings, channel: str) -> tuple[str, str | None]:
+    """Where the reply to a firing of a job made for `channel` goes, and why not there (None when
+    it does). A channel since removed from the configuration (CORTEX_CHANNELS, CORTEX_CHANNEL_MODES)
+    or turned off would drop the reminder unsaid: it goes instead to the live channel where the
+    owner wrote last (so it has a chat to go to), else the first live one CORTEX_OWNERS names, else
+    webchat. With no live channel left it stays on `channel`, recorded and never sent."""
+    why = _gone(settings, channel)
+    if why is None:
+        return channel, None
+    live = sorted(
+        c for c in settings.known_channels() - _NO_FALLBACK if c != channel and settings.mode_for(c) == "live"
+    )
+    latest = schedule_store.latest_owner_channel(con, {c: sorted(settings.owner_ids(c)) for c in live})
+    for candidate in (latest, *settings.owners, "webchat"):
+        if candidate in live:
+            return candidate, why
+    return channel, why
+
+
+def _firing_text(
+    job: dict, due_local: datetime, late: bool, missed: int, max_bytes: int, rerouted: str | None = None
+) -> str:
     """What the brain is told when a job is due, within the bus's size limit: the action is cut
     (with "…") when a lower CORTEX_MAX_TEXT_BYTES than the one it was made under leaves it too
     long; refused, it stopped every due job and crashed every run."""
@@ -190,6 +237,8 @@ def _firing_text(job: dict, due_local: datetime, late: bool, missed: int, max_by
     if late:
         note = f" It was due at {when} and is delivered late because Cortex was not running"
         note += f" ({missed} earlier firing(s) were folded into this one)." if missed else "."
+    if rerouted:
+        note += f" {rerouted[0].upper()}{rerouted[1:]}: say so in the reply."
     text = f"Scheduled job {job['id']} ({job['description']}) is due, {when}.{note}\nAction: {job['action']}"
     if len(text.encode()) <= max_bytes:
         return text
@@ -212,11 +261,25 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
                 following = next_cron_fire(job["cron"], job["timezone"], due)
         late = now - due > grace
         due_local = due.astimezone(zone(job["timezone"]))
+        target, gone = reply_target(con, settings, job["target_channel"])
+        rerouted = None
+        if gone and target != job["target_channel"]:
+            rerouted = f"its channel {job['target_channel']} is {gone}, so the reply goes to {target}"
+            log.warning("reminder %s (%s): %s instead", job["id"], job["description"], rerouted)
+        elif gone:
+            log.warning(
+                "reminder %s (%s): its channel %s is %s and no channel is live to take it instead: "
+                "the reply is recorded, not sent",
+                job["id"],
+                job["description"],
+                job["target_channel"],
+                gone,
+            )
         envelope = {
             "channel": CHANNEL,
             "external_id": f"{job['id']}@{due.strftime('%Y-%m-%dT%H:%MZ')}",
             "sender": SENDER,
-            "text": _firing_text(job, due_local, late, missed, settings.max_text_bytes),
+            "text": _firing_text(job, due_local, late, missed, settings.max_text_bytes, rerouted),
             "priority": "normal",
             "topic": job["topic"],
             "timestamp": due.isoformat(),
@@ -224,17 +287,19 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
                 "schedule_id": job["id"],
                 "description": job["description"],
                 "action": job["action"],
-                "target_channel": job["target_channel"],
+                "target_channel": target,
                 "asked_in": job["created_by"],  # the reply goes to that conversation
                 "due_at": due_local.isoformat(),
                 "late": late,
                 "missed": missed,
             },
         }
+        if rerouted:
+            envelope["metadata"] |= {"scheduled_channel": job["target_channel"], "rerouted": rerouted}
         row = validate(envelope, settings, now, folder_channel=None, scheduler=True)
         inserted = enqueue_rows(con, [row], source=f"schedule:{job['id']}").inserted
         schedule_store.record_firing(
             con, job["id"], _naive_utc(now), late, _naive_utc(following) if following else None
         )
-        firings.append(Firing(job["id"], due, late, missed, inserted[0] if inserted else None))
+        firings.append(Firing(job["id"], due, late, missed, inserted[0] if inserted else None, rerouted))
     return firings

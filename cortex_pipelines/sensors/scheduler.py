@@ -27,10 +27,13 @@ def scheduler(context: SensorEvaluationContext, settings: SettingsResource, data
     cursor["late"] += sum(f.late for f in fired)
     events = []
     for firing in fired:
-        context.log.info(
-            f"fired {firing.job_id} due {firing.due_at:%Y-%m-%d %H:%M} UTC"
-            + (f" late ({firing.missed} earlier firing(s) folded in)" if firing.late else "")
+        line = f"fired {firing.job_id} due {firing.due_at:%Y-%m-%d %H:%M} UTC" + (
+            f" late ({firing.missed} earlier firing(s) folded in)" if firing.late else ""
         )
+        if firing.rerouted:  # the job's channel was removed or turned off since it was made
+            context.log.warning(f"{line}; {firing.rerouted}")
+        else:
+            context.log.info(line)
     if fired:
         events.append(
             AssetMaterialization(

@@ -71,6 +71,24 @@ def due_schedules(con, now: datetime) -> list[dict]:
     )
 
 
+def latest_owner_channel(con, owners: dict[str, list[str]]) -> str | None:
+    """Of the channels in `owners` (channel → the owner's sender ids there), the one where the
+    owner's newest message on the bus came; None when the owner wrote on none of them."""
+    pairs = [(channel, sender) for channel, senders in owners.items() for sender in senders]
+    if not pairs:
+        return None
+    row = con.execute(
+        """
+        SELECT bus.channel FROM bus
+        JOIN (SELECT unnest(?::VARCHAR[]) AS channel, unnest(?::VARCHAR[]) AS sender) AS owner
+            ON bus.channel = owner.channel AND bus.sender = owner.sender
+        ORDER BY bus.id DESC LIMIT 1
+        """,
+        [[c for c, _ in pairs], [s for _, s in pairs]],
+    ).fetchone()
+    return row[0] if row else None
+
+
 def delete_schedule(con, job_id: str) -> bool:
     """End an active job; False when there is none by that id."""
     row = con.execute(
