@@ -29,7 +29,15 @@ from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, l
 from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
 from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
-from cortex_pipelines.instance import add_owners, dagster_env, init_home, status
+from cortex_pipelines.instance import (
+    DevRunning,
+    add_owners,
+    claim_dev,
+    dagster_env,
+    init_home,
+    live_dev,
+    status,
+)
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import Hit, note_use
@@ -909,6 +917,10 @@ def dev(
     from cortex_pipelines.run_starter import RunStarter, Webserver, local_url
 
     settings = _ready()
+    try:  # held until this process ends: a second `cortex dev` here refuses, and clears no reports
+        claim = claim_dev(settings.paths, f"http://{host}:{port}")
+    except DevRunning as exc:
+        _fail(f"`cortex dev` is already running in this home ({exc}): stop it, or set another CORTEX_HOME")
     workspace = settings.paths.dagster_workspace
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
     _say(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})")
@@ -967,6 +979,7 @@ def dev(
             gateway.stop(60.0)
     # Its daemon is gone: `cortex doctor --restore` need not wait for the last report to age.
     dagster_sqlite.clear_daemon_reports(settings.paths.dagster_home)
+    claim.close()
     raise typer.Exit(code)
 
 
@@ -1125,6 +1138,12 @@ def doctor(
     if restore and not yes and checkup.database_whole(settings):
         _fail("the database reads whole: a restore would roll back what was said since the backup; add --yes")
     if restore:
+        if running := live_dev(settings.paths):  # its daemon's reports may not have come in yet
+            _fail(
+                f"`cortex dev` is running in this home ({running}), and its sensors would start runs on "
+                "the vectors the restore rebuilds: stop it, then try again; nothing was restored",
+                code=1,
+            )
         try:
             restored = checkup.restore(settings, backup)
         except NoSuchBackup as exc:

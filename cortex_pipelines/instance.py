@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 import tomlkit  # edits config.toml without losing comments
 
 from cortex_pipelines import delivery
-from cortex_pipelines.config import Settings
+from cortex_pipelines.config import Paths, Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.llm import cost
@@ -66,6 +69,62 @@ def add_owners(settings: Settings, owners: dict[str, list[str]]) -> list[str]:
 def dagster_env(settings: Settings) -> dict[str, str]:
     """Environment for Dagster processes of this instance: its DAGSTER_HOME and CORTEX_HOME."""
     return {**os.environ, "DAGSTER_HOME": str(settings.paths.dagster_home), "CORTEX_HOME": str(settings.home)}
+
+
+class DevRunning(Exception):
+    """Another `cortex dev` runs on this home: its pid and UI, as "pid 123, UI http://..."."""
+
+
+_CLAIM_WAIT_S = 1.0  # `live_dev` holds the lock for a moment; a live `cortex dev` holds it for good
+
+
+def dev_lock(paths: Paths) -> Path:
+    return paths.dagster_home / "cortex-dev.lock"
+
+
+def claim_dev(paths: Paths, url: str) -> IO[str]:
+    """Claim this home for this process's `cortex dev` (its UI at `url`), or raise DevRunning. A
+    second one started its own daemon on the same Dagster instance (two sensor loops over one DuckDB
+    file) and, stopping, wiped the live one's daemon reports, which `cortex doctor --restore` reads.
+    Returns the lock file: the claim lasts while it is open, that is, until this process ends, even
+    by SIGKILL (the kernel drops an flock with the last descriptor; children inherit none)."""
+    path = dev_lock(paths)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+", encoding="utf-8")
+    deadline = time.monotonic() + _CLAIM_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise DevRunning(live_dev(paths) or "pid unknown") from None
+            time.sleep(0.05)
+    lock.truncate(0)
+    lock.write(f"{os.getpid()} {url}\n")
+    lock.flush()
+    return lock
+
+
+def live_dev(paths: Paths) -> str | None:
+    """The `cortex dev` running on this home now, as "pid 123, UI http://...", or None."""
+    path = dev_lock(paths)
+    try:
+        lock = path.open(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # for a moment: no one holds it
+            return None
+        except BlockingIOError:
+            pass
+        deadline = time.monotonic() + _CLAIM_WAIT_S
+        while not (said := lock.read().split()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # claimed a moment ago: its pid is on its way
+            lock.seek(0)
+    return f"pid {said[0]}, UI {said[1]}" if len(said) == 2 else "pid unknown"
 
 
 def status(settings: Settings) -> dict:

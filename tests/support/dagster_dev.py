@@ -85,12 +85,13 @@ def alive_in(groups: set[int]) -> list[psutil.Process]:
 
 
 @contextmanager
-def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False):
+def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False, port: int | None = None):
     """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards.
-    sigint_ignored: started as `cortex dev &` in a script, which ignores SIGINT in the job."""
+    sigint_ignored: started as `cortex dev &` in a script, which ignores SIGINT in the job.
+    port: its UI's (default: a free one)."""
     env = {**os.environ, "CORTEX_HOME": str(home)}
     env.pop("DAGSTER_HOME", None)
-    port = free_port()
+    port = port or free_port()
     log = log_path.open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cortex_pipelines.cli", "dev", "--port", str(port)],

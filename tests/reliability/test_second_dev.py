@@ -1,0 +1,118 @@
+"""One `cortex dev` per home. A second one started on a home whose `cortex dev` runs (a second
+terminal, `make dev` twice) ran a second Dagster daemon on the same instance (two sensor loops
+over one DuckDB file), whether its UI port was taken or not, and when stopped wiped the live one's
+daemon reports: `cortex doctor --restore` then restored under the live instance. It now refuses
+before starting anything; a SIGKILLed `cortex dev` leaves nothing that stops the next one. Through
+the real `cortex` CLI and real `cortex dev` processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cortex_pipelines.storage import dagster_sqlite
+from tests.support.cli import cli_argv, cli_env, cortex
+from tests.support.dagster_dev import alive_in, cortex_dev, free_port, graphql, process_groups, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+REFUSAL_TIMEOUT_S = 60
+
+
+def _another_dev(home: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """`cortex dev --port PORT` on `home`, expected to exit by itself; one that keeps running is
+    stopped as Ctrl-C stops it, and fails the test."""
+    proc = subprocess.Popen(
+        cli_argv("dev", "--port", str(port)),
+        env=cli_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=REFUSAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        groups = process_groups(proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=90)
+        for process in alive_in(groups):
+            with suppress(psutil.Error):
+                process.kill()
+        pytest.fail(
+            f"a second `cortex dev` ran for {REFUSAL_TIMEOUT_S} s beside the first\n"
+            f"--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}"
+        )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _ui_answers(port: int) -> bool:
+    try:
+        return bool(graphql(port, "{ version }"))
+    except OSError:
+        return False
+
+
+def test_a_second_cortex_dev_on_a_live_home_refuses_and_leaves_the_first_serving(tmp_path):
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    dagster_home = home / "dagster_home"
+    with cortex_dev(home, tmp_path / "dev.log") as (port, _, first):
+        wait_for(
+            lambda: dagster_sqlite.daemon_last_reported(dagster_home) is not None,
+            120,
+            "the Dagster daemon's first report",
+        )
+        for second_port in (port, free_port()):  # its UI's port taken, and another one
+            second = _another_dev(home, second_port)
+            assert second.returncode == 2, second.stdout + second.stderr
+            assert second.stdout == ""  # nothing started: not even the UI's address
+            assert second.stderr.splitlines() == [
+                f"cortex: `cortex dev` is already running in this home (pid {first.pid}, UI "
+                f"http://127.0.0.1:{port}): stop it, or set another CORTEX_HOME"
+            ]
+
+        assert first.poll() is None
+        assert _ui_answers(port)
+        ago = dagster_sqlite.daemon_last_reported(dagster_home)
+        assert ago is not None and ago < 90  # not wiped by the second one
+        refused = cortex("doctor", "--restore", "--yes", home=home, check=False)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        (line,) = refused.stderr.strip().splitlines()
+        assert line.startswith(f"cortex: `cortex dev` is running in this home (pid {first.pid}, UI "), line
+
+        # Without a report (wiped, or not yet made), the live `cortex dev` still stops a restore.
+        dagster_sqlite.clear_daemon_reports(dagster_home)
+        refused = cortex("doctor", "--restore", "--yes", home=home, check=False)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stderr.startswith("cortex: `cortex dev` is running in this home"), refused.stderr
+        assert first.poll() is None
+
+
+def test_a_cortex_dev_killed_by_sigkill_leaves_its_home_free_at_once(tmp_path):
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    killed: set[int] = set()
+    try:
+        with cortex_dev(home, tmp_path / "killed.log") as (port, _, first):
+            killed = process_groups(first)
+            os.killpg(first.pid, signal.SIGKILL)  # its children, in sessions of their own, get SIGTERM
+            first.wait()
+            # Right away, on the same port: the user's restart.
+            with cortex_dev(home, tmp_path / "again.log", port=port) as (_, _, again):
+                wait_for(lambda: not alive_in(killed), 60, "the killed `cortex dev`'s children to end")
+                wait_for(lambda: _ui_answers(port), 60, "the new `cortex dev`'s UI")
+                assert again.poll() is None
+                third = _another_dev(home, free_port())
+                assert third.returncode == 2, third.stdout + third.stderr
+                assert f"(pid {again.pid}, UI http://127.0.0.1:{port})" in third.stderr
+            assert "address already in use" not in (tmp_path / "again.log").read_text()
+    finally:
+        for process in alive_in(killed):
+            with suppress(psutil.Error):
+                process.kill()
