@@ -433,10 +433,8 @@ def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
         _print_json(jobs)
         return
     for job in jobs:
-        _say(
-            f"{job['id']}  next {job['next_fire']} {job['timezone']}  {job['when']}  "
-            f"→ {job['target_channel']}"
-        )
+        when = schedules.when_listed(job)
+        _say(f"{job['id']}  next {job['next_fire']} {job['timezone']}  {when}  → {job['target_channel']}")
         _say(f"    {job['description']}: {job['action']}")
     if not jobs:
         out.print("no schedules")

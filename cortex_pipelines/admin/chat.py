@@ -255,10 +255,10 @@ class AdminChat:
 
     def _schedules(self) -> str:
         jobs = [schedules.describe(j) for j in self.db.run(schedule_store.active_schedules)]
-        return (
-            "\n".join(f"{j['id']}: {j['description']} — next {j['next_fire']} ({j['when']})" for j in jobs)
-            or "no schedules"
-        )
+        lines = [
+            f"{j['id']}: {j['description']} — next {j['next_fire']}, {schedules.when_listed(j)}" for j in jobs
+        ]
+        return "\n".join(lines) or "no schedules"
 
     def _unschedule(self, job_id: str) -> str:
         done = self.db.run(schedule_store.delete_schedule, job_id)

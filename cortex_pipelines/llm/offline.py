@@ -206,7 +206,7 @@ def _when(iso: str | None, year: str = "") -> str:
 
 
 def _schedule_line(job: dict, year: str = "") -> str:
-    repeat = "" if job.get("when") == "once" else f", repeating ({job.get('when')})"
+    repeat = "" if job.get("when") == "once" else f", repeating {job.get('repeats') or job.get('when')}"
     return (
         f"{job.get('id')}: {job.get('description')} — next {_when(job.get('next_fire'), year)} "
         f"{job.get('timezone')}{repeat}, to {job.get('target_channel')}"

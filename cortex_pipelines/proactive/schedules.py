@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import cron_descriptor
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -170,6 +171,31 @@ def summary(con) -> dict:
     return {"active": len(jobs), "next_fire": upcoming}
 
 
+_UNDESCRIBED = (
+    cron_descriptor.FormatError,
+    cron_descriptor.MissingFieldError,
+    cron_descriptor.WrongArgumentError,
+)
+
+
+def in_words(cron: str) -> str:
+    """A cron as people read it: "at 09:00, only on Monday", "every day at 20:00", "every 30
+    minutes" (confirmations and `cortex schedules` showed "cron 0 9 * * 1")."""
+    options = cron_descriptor.Options()
+    options.use_24hour_time_format = True
+    try:
+        said = cron_descriptor.ExpressionDescriptor(cron, options).get_description()
+    except _UNDESCRIBED:
+        return f"by cron {cron}"
+    said = said[:1].lower() + said[1:]
+    return f"every day {said}" if said.startswith("at ") and "," not in said else said
+
+
+def when_listed(job: dict) -> str:
+    """How a listing shows when a described job fires: in words, with its cron for the exact rule."""
+    return f"{job['repeats']} ({job['when']})" if job["repeats"] else job["when"]
+
+
 def describe(job: dict) -> dict:
     """A job as users and the model read it: times on the job's own wall clock."""
     tz = zone(job["timezone"])
@@ -178,6 +204,7 @@ def describe(job: dict) -> dict:
         "id": job["id"],
         "description": job["description"],
         "when": f"cron {job['cron']}" if job["cron"] else "once",
+        "repeats": in_words(job["cron"]) if job["cron"] else None,
         "timezone": job["timezone"],
         "next_fire": _aware(nxt).astimezone(tz).isoformat(timespec="minutes") if nxt else None,
         "target_channel": job["target_channel"],

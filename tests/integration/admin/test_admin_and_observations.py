@@ -20,6 +20,7 @@ import pytest
 
 from cortex_pipelines.admin.chat import AdminChat
 from cortex_pipelines.brain.loop import Brain
+from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
@@ -291,6 +292,12 @@ def test_the_demo_creates_its_reminder_and_its_observations_are_recallable(tmp_p
     cortex("run", "--demo", home=home)
     (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
     assert job["when"] == "cron 0 9 * * 1" and "timesheet" in job["description"]
+    # Listed in words, with the cron for the exact rule (was "cron 0 9 * * 1" alone).
+    assert job["repeats"] == "at 09:00, only on Monday"
+    assert "at 09:00, only on Monday (cron 0 9 * * 1)  → webchat" in cortex("schedules", home=home).stdout
+    settings = load_settings(home, llm_provider="offline")
+    listed = AdminChat(settings, OfflineClient()).handle("/schedules")
+    assert listed.startswith(job["id"]) and listed.endswith(", at 09:00, only on Monday (cron 0 9 * * 1)")
     hits = json.loads(cortex("recall", "when is the user usually active", "--json", home=home).stdout)
     assert any(h["text"].startswith("The user is usually active between") for h in hits[:3]), hits
     helios = json.loads(

@@ -246,6 +246,8 @@ def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
     assert len(packing["description"]) <= 200 and packing["description"].endswith("…")
     assert packing["action"] == f"Remind the user: pack {long_task}."
     replies = {r["reply_to"]: r["text"] for r in json.loads(cortex("outbox", "--json", home=home).stdout)}
+    gym = "go to the gym — next Mon 30 Mar at 08:00 Europe/London, repeating at 08:00, only on Monday and Fri"
+    assert gym in replies[3]
     assert replies[4] == "Noted."
     assert replies[5].startswith("I haven't set a reminder: I couldn't tell when.")
 
@@ -276,6 +278,8 @@ def test_reminders_every_few_minutes_or_hours_and_tonight_at_12(tmp_path):
         "lock up": ("once", "2026-03-29T00:00+00:00"),  # midnight after Saturday, not Saturday noon
     }
     replies = {r["reply_to"]: r["text"] for r in json.loads(cortex("outbox", "--json", home=home).stdout)}
+    assert "stretch — next Sat 28 Mar at 12:30 Europe/London, repeating every 30 minutes, to" in replies[1]
+    assert "repeating every 2 hours, to webchat" in replies[2]
     assert replies[4].startswith("I haven't set a reminder: every other day can't be kept exactly")
     assert 'every day or for named days, as in "every Monday and Thursday at 9"' in replies[4]
     assert replies[5].startswith(

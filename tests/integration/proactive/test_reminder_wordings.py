@@ -119,7 +119,12 @@ def test_a_reminder_on_a_day_of_every_month_or_year_repeats(tmp_path):
         "renew the insurance": ("cron 0 9 3 3 *", "2027-03-03T09:00+00:00"),
         "wrap gifts": ("cron 0 19 24 12 *", "2026-12-24T19:00+00:00"),
     }
-    assert "pay rent — next Sun 05 Apr at 09:00 Europe/London, repeating" in replies[0]
+    # Confirmed and listed in words, not as the cron ("repeating (cron 0 9 5 * *)").
+    assert "pay rent — next Sun 05 Apr at 09:00 Europe/London, repeating at 09:00, on day 5 of" in replies[0]
+    assert "repeating at 18:00, on the last day of the month, to webchat" in replies[1]
+    assert "repeating at 09:00, on day 3 of the month, only in March, to webchat" in replies[2]
+    listed = cortex("schedules", home=home).stdout
+    assert "at 19:00, on day 24 of the month, only in December (cron 0 19 24 12 *)  → webchat" in listed
     assert replies[4].startswith(
         "I haven't set a reminder: every month needs a day of the month, as in \"on the 1st of every "
         'month at 9".'
