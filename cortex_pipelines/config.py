@@ -60,6 +60,13 @@ ANY_CHANNEL = "*"
 DEFAULT_OWNERS: dict[str, tuple[str, ...]] = {ANY_CHANNEL: ("user", "maya"), ROUTER_CHANNEL: ("router",)}
 
 
+def is_firing(channel: str, sender: str | None) -> bool:
+    """Whether a message is a schedule's firing: only the scheduler writes one (ingest/envelope.py),
+    so its metadata (the reply's channel, the reminder) is Cortex's own; another sender's on `cron`
+    is an ordinary message, whatever its metadata says."""
+    return channel == SCHEDULE_CHANNEL and sender == SCHEDULE_SENDER
+
+
 class ModelPrice(BaseModel):
     """USD per million tokens: input, output, a 5-minute cache write, a cache read."""
 
@@ -356,8 +363,7 @@ class Settings(BaseSettings):
     def speaks_for_owner(self, channel: str, sender: str | None) -> bool:
         """Whether a turn acts, and is shown, as the owner's: their own words, or the firing of a
         schedule they made (only the scheduler writes one), which is no source of facts about them."""
-        firing = channel == SCHEDULE_CHANNEL and sender == SCHEDULE_SENDER
-        return firing or self.said_by_owner(channel, sender)
+        return is_firing(channel, sender) or self.said_by_owner(channel, sender)
 
     def mode_for(self, channel: str) -> ChannelMode:
         if channel == ADMIN_CHANNEL:  # the owner's own terminal (`cortex chat`) is always answered

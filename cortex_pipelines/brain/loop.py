@@ -25,7 +25,7 @@ from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.output import Output, parse
 from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
-from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings
+from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings, is_firing
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import tail
@@ -94,7 +94,7 @@ def _heartbeat_and_claim(con) -> BusMessage | None:
 def reply_channel(msg: BusMessage) -> str:
     """Where a reply goes unless the model says otherwise: a schedule's firing answers on the
     channel the job names; everything else answers where it came from."""
-    if msg.channel == schedules.CHANNEL and msg.metadata.get("target_channel"):
+    if is_firing(msg.channel, msg.sender) and msg.metadata.get("target_channel"):
         return str(msg.metadata["target_channel"])
     return msg.channel
 
@@ -223,7 +223,7 @@ class Brain:
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
             "sent_at": msg.sent_at.replace(tzinfo=UTC).isoformat(),  # "in 10 minutes" counts from it
             "timezone": self.settings.timezone,
-            "schedule": msg.metadata if msg.channel == schedules.CHANNEL else None,
+            "schedule": msg.metadata if is_firing(msg.channel, msg.sender) else None,
         }
         try:
             response = self._converse(msg, context, hints, report)

@@ -17,6 +17,7 @@ from cortex_pipelines.config import (
     SCHEDULE_CHANNEL,
     SCHEDULE_SENDER,
     Settings,
+    is_firing,
 )
 
 Priority = Literal["urgent", "normal", "background"]
@@ -149,7 +150,7 @@ def validate(
         raise EnvelopeError(
             f"channel {ADMIN_CHANNEL!r} is the owner's terminal: only `cortex chat` writes to it"
         )
-    if env.channel == SCHEDULE_CHANNEL and env.sender == SCHEDULE_SENDER and not scheduler:
+    if is_firing(env.channel, env.sender) and not scheduler:
         raise EnvelopeError(
             f"sender {SCHEDULE_SENDER!r} on channel {SCHEDULE_CHANNEL!r} is a schedule's firing: "
             "only Cortex's scheduler writes it"
