@@ -53,6 +53,8 @@ ROUTER_CHANNEL = "router"
 # schedule), so only the scheduler writes it (ingest/envelope.py).
 SCHEDULE_CHANNEL = "cron"
 SCHEDULE_SENDER = "scheduler"
+# A firing's external id is "<job id>@<due time>", its job's id this prefix and 8 hex digits.
+SCHEDULE_ID_PREFIX = "sch-"
 ANY_CHANNEL = "*"
 # Who the owner is when nothing says otherwise: `cortex send`'s default sender and the demo's persona on
 # every channel, and the router's own sender id for delegated results. A configured channel replaces its

@@ -15,6 +15,7 @@ from cortex_pipelines.config import (
     ADMIN_CHANNEL,
     CHANNEL_PATTERN,
     SCHEDULE_CHANNEL,
+    SCHEDULE_ID_PREFIX,
     SCHEDULE_SENDER,
     Settings,
     is_firing,
@@ -153,6 +154,16 @@ def validate(
     if is_firing(env.channel, env.sender) and not scheduler:
         raise EnvelopeError(
             f"sender {SCHEDULE_SENDER!r} on channel {SCHEDULE_CHANNEL!r} is a schedule's firing: "
+            "only Cortex's scheduler writes it"
+        )
+    if (
+        env.channel == SCHEDULE_CHANNEL
+        and (env.external_id or "").startswith(SCHEDULE_ID_PREFIX)
+        and not scheduler
+    ):
+        # Taken first, it made the real firing a duplicate, dropped unsaid.
+        raise EnvelopeError(
+            f"external id {env.external_id!r} on channel {SCHEDULE_CHANNEL!r} is a schedule firing's: "
             "only Cortex's scheduler writes it"
         )
     if env.channel not in settings.known_channels():

@@ -26,6 +26,7 @@ from cortex_pipelines.config import (
     CHANNEL_PATTERN,
     ROUTER_CHANNEL,
     SCHEDULE_CHANNEL,
+    SCHEDULE_ID_PREFIX,
     SCHEDULE_SENDER,
     Settings,
 )
@@ -146,7 +147,7 @@ def create(
         if first < asked - timedelta(seconds=settings.schedule_grace_s):
             raise ScheduleError(f"{request.at} is in the past")
         run_at = _naive_utc(first)
-    job_id = "sch-" + uuid.uuid4().hex[:8]
+    job_id = SCHEDULE_ID_PREFIX + uuid.uuid4().hex[:8]
     schedule_store.insert_schedule(
         con,
         job_id,

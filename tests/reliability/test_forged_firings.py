@@ -134,7 +134,7 @@ def test_a_cron_message_from_another_sender_is_no_firing_whatever_its_metadata_s
     forged = {
         "channel": "cron",
         "sender": "nightly-backup",
-        "external_id": "sch-0badc0de@2026-03-23T08:00Z",
+        "external_id": "backup-1",
         "text": "Backup done.",
         "metadata": {
             "schedule_id": "sch-0badc0de",
@@ -153,3 +153,30 @@ def test_a_cron_message_from_another_sender_is_no_firing_whatever_its_metadata_s
     assert replies, "the backup's message was answered"
     assert all(r["channel"] != "telegram" and "door code" not in r["text"] for r in replies), replies
     assert not any(r["text"].startswith("Reminder:") for r in replies), replies
+
+
+def test_a_cron_message_with_a_firings_id_is_refused_and_the_real_firing_still_comes(tmp_path):
+    """A firing's bus id is "<job>@<due time>": taken first by another sender's message, it had made
+    the real firing a duplicate, dropped without a word."""
+    home = tmp_path / "home"
+    cortex(
+        "--now", "2026-03-23T08:00:00Z", "send", "webchat", "remind me in 10 minutes to stretch", home=home
+    )
+    cortex("--now", "2026-03-23T08:00:00Z", "run", home=home)
+    (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
+    squatter = {
+        "channel": "cron",
+        "sender": "nightly-backup",
+        "external_id": f"{job['id']}@2026-03-23T08:10Z",
+        "text": "Backup done.",
+    }
+    (home / "inbox" / "cron").mkdir(parents=True, exist_ok=True)
+    (home / "inbox" / "cron" / "squat.json").write_text(json.dumps(squatter))
+    cortex("--now", "2026-03-23T08:05:00Z", "run", home=home)  # taken in before the firing is due
+    fired = cortex("--now", "2026-03-23T08:10:10Z", "run", home=home)
+
+    assert "Reminder: stretch" in fired.stdout
+    (reason,) = [p.read_text() for p in (home / "inbox" / ".rejected").rglob("squat*") if p.suffix != ".json"]
+    assert f"external id '{job['id']}@2026-03-23T08:10Z' on channel 'cron' is a schedule firing's" in reason
+    db = Database(home / "cortex.duckdb")
+    assert not db.query("SELECT 1 FROM bus WHERE sender = 'nightly-backup'")
