@@ -243,6 +243,8 @@ def _reminder(firing: dict) -> str:
     if firing.get("late"):
         due = firing.get("due_at")
         text += f" (this was due {_when(due)}; I'm late because I was not running)"
+    if firing.get("rerouted"):  # the firing says where its reply goes, and why not where it was asked
+        text += f" ({firing['rerouted']})"
     return text
 
 

@@ -53,6 +53,9 @@ def test_a_reminder_whose_channel_was_removed_reaches_the_owner_on_webchat_and_s
 
     replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
     (reminder,) = [r for r in replies if r["text"].startswith("Reminder: call the bank")]
+    assert reminder["text"].endswith(
+        "(its channel matrix is no longer configured, so the reply goes to webchat)"
+    )  # the reply itself says why it came here
     assert reminder["recipient"]["chat_id"] == "user"  # the owner's webchat conversation
     assert json.loads(cortex("schedules", "--json", home=home).stdout) == []  # done: it was delivered
 
