@@ -427,14 +427,20 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 @app.command("schedules")
 def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Active schedules and reminders, with their next firing on their own clock."""
-    db = Database(_existing().paths.db)
+    settings = _existing()
+    db = Database(settings.paths.db)
     jobs = [schedules.describe(j) for j in db.run(schedule_store.active_schedules)]
+    for job in jobs:  # a channel since removed or turned off: its firings are answered elsewhere
+        job["target_gone"] = schedules.channel_gone(settings, job["target_channel"])
     if as_json:
         _print_json(jobs)
         return
     for job in jobs:
         when = schedules.when_listed(job)
-        _say(f"{job['id']}  next {job['next_fire']} {job['timezone']}  {when}  → {job['target_channel']}")
+        gone = f" ({job['target_gone']}: answered on another channel)" if job["target_gone"] else ""
+        _say(
+            f"{job['id']}  next {job['next_fire']} {job['timezone']}  {when}  → {job['target_channel']}{gone}"
+        )
         _say(f"    {job['description']}: {job['action']}")
     if not jobs:
         out.print("no schedules")

@@ -225,7 +225,7 @@ class Firing:
     rerouted: str | None = None  # why its reply goes elsewhere than its job's channel, one line
 
 
-def _gone(settings: Settings, channel: str) -> str | None:
+def channel_gone(settings: Settings, channel: str) -> str | None:
     """Why a reply on `channel` would reach nobody, or None when it can be delivered (a `shadow`
     channel is kept: recording without sending is what its owner asked of it)."""
     if channel not in settings.known_channels():
@@ -241,7 +241,7 @@ def reply_target(con, settings: Settings, channel: str) -> tuple[str, str | None
     or turned off would drop the reminder unsaid: it goes instead to the live channel where the
     owner wrote last (so it has a chat to go to), else the first live one CORTEX_OWNERS names, else
     webchat. With no live channel left it stays on `channel`, recorded and never sent."""
-    why = _gone(settings, channel)
+    why = channel_gone(settings, channel)
     if why is None:
         return channel, None
     live = sorted(

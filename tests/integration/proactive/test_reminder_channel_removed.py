@@ -46,7 +46,12 @@ def test_a_reminder_whose_channel_was_removed_reaches_the_owner_on_webchat_and_s
     (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
     assert job["target_channel"] == "matrix"
 
-    fired = cortex("--now", "+11m", "run", home=home)  # matrix is no longer in the configuration
+    # matrix is no longer in the configuration: the listing says so before the reminder fires
+    (listed,) = json.loads(cortex("schedules", "--json", home=home).stdout)
+    assert listed["target_gone"] == "no longer configured"
+    line = cortex("schedules", home=home).stdout.splitlines()[0]
+    assert line.endswith("→ matrix (no longer configured: answered on another channel)"), line
+    fired = cortex("--now", "+11m", "run", home=home)
     assert "fired 1 schedule(s)" in fired.stdout
     assert GONE.format(id=job["id"]) in fired.stderr.splitlines()
     assert "webchat ← #" in fired.stdout and "Reminder: call the bank" in fired.stdout
