@@ -262,6 +262,16 @@ def collapse_spaces(text: str) -> str:
     return " ".join(text.split())
 
 
+# How much of a long text a copy names: a delegated task's reply quotes the task's first words
+# within this many characters (`first_words`); erasure finds such copies by the same cut.
+COPIED_CHARS = 80
+
+
+def first_words(text: str, limit: int = COPIED_CHARS) -> str:
+    """`text` on one line, cut at a word within `limit` characters: how a copy quotes a long text."""
+    return cut_at_word(collapse_spaces(text), limit)
+
+
 def cut_at_word(text: str, limit: int) -> str:
     """At most `limit` characters of `text`, cut at the last space before the limit when there is one."""
     if len(text) <= limit:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.proactive import english, schedules
-from cortex_pipelines.text import asks, asks_to_forget, normalize
+from cortex_pipelines.text import asks, asks_to_forget, collapse_spaces, first_words, normalize
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
@@ -326,8 +325,9 @@ def _usage_in(request: LLMRequest) -> int:
 
 def _delegated_task(task: str) -> str:
     """A delegated task, as the reply names it: its first words, marked when cut ("… prices? I" had
-    read as the whole task)."""
-    return textwrap.shorten(task, 80, placeholder=" …")
+    read as the whole task). Erasure finds the copy by the same cut (`text.first_words`)."""
+    named = first_words(task)
+    return named if named == collapse_spaces(task) else f"{named} …"
 
 
 def _reply(request: LLMRequest, text: str) -> LLMResponse:

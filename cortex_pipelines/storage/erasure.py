@@ -18,13 +18,13 @@ from cortex_pipelines.storage import updates
 from cortex_pipelines.storage.conversations import OF_BUS, OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.text import first_words
 
 # A reply, pin or fact quotes an erased text of QUOTE_CHARS or more when it holds it, case and spacing
-# aside, or holds its first COPIED_CHARS: copies are cut short (a delegated task's reply names its
-# first 80 characters, its harvested fact the first 120). Less would take a fact that restates one
-# clause another source also says ("I prefer window seats"), which keeps its text.
+# aside, or holds its first words (`text.first_words`): copies are cut short (a delegated task's reply
+# names its first words within 80 characters, its harvested fact the first 120). Less would take a
+# fact that restates one clause another source also says ("I prefer window seats"), which keeps its text.
 QUOTE_CHARS = 20
-COPIED_CHARS = 80
 _FOLDED = r"regexp_replace(lower({}), '\s+', ' ', 'g')"  # as _fold, in SQL
 ERASED = "[erased]"
 
@@ -258,7 +258,7 @@ def _fold(text: str) -> str:
 
 def quotes(texts: list[str]) -> list[str]:
     """What holding is quoting an erased text: the starts of those long enough, folded."""
-    return sorted({t[:COPIED_CHARS] for t in map(_fold, texts) if len(t) >= QUOTE_CHARS})
+    return sorted({first_words(t) for t in map(_fold, texts) if len(t) >= QUOTE_CHARS})
 
 
 def _facts(con, turns: list[int], quoted: list[str], needle: str | None) -> dict[int, str]:
