@@ -29,7 +29,8 @@ _FARTHEST_S = 1000 * 365 * _DAY_SECONDS
 # Without a time of day: the part of the day named, else 09:00 (as "every Monday").
 _PART_HOURS = {"morning": 8, "afternoon": 14, "evening": 18, "night": 20}
 _DEFAULT_HOUR = 9
-# "tonight at 1am", "tonight at 12": a time of night before this hour is on the next calendar day.
+# "tonight at 1", "tonight at 12": a time of night before this hour is on the next calendar day; a
+# bare hour at night from 1 to 5 is one of these small hours, 6 to 11 the evening's.
 _NIGHT_ENDS = 6
 _DAY_MINUTES = 24 * 60
 _WEEK_MINUTES = 7 * _DAY_MINUTES
@@ -140,6 +141,8 @@ _BY_DATE_EXAMPLES = {"month": "on the 1st of every month at 9", "year": "every M
 _IN_EVERY_MONTH = 28
 # "in the evening", "at night": the hour of a repeating reminder without a time of day.
 _PART_OF_DAY = re.compile(rf"\b(?:in\s+the|at)\s+(?P<part>{_PARTS})\b", re.I)
+# The part of the day that reads a clock just before it: "at 1 at night", "at 7 in the evening".
+_CLOCK_PART = re.compile(rf"\s+(?:in\s+the|at)\s+(?P<part>{_PARTS})\b", re.I)
 # "on 3/4": which is the day and which the month cannot be told, so it is refused.
 _NUMERIC_DATE = re.compile(r"\bon\s+\d{1,4}[/.-]\d{1,2}(?:[/.-]\d{2,4})?\b", re.I)
 _YESTERDAY = re.compile(r"\byesterday\b(?!['’]s)", re.I)
@@ -164,6 +167,13 @@ _LEAD = re.compile(
     re.I,
 )
 _TO = re.compile(r"^\s*(?:to|that|about|of|:|-)\s+", re.I)
+# The word that opens the reminder's own words after the request's: "remind me tomorrow at 9 that …".
+_OPENS = re.compile(r"\b(?:to|that|about)\b|:(?!\d)", re.I)
+# What may follow an "every …" that says when the reminder repeats ("… every day at 8", "… every
+# day."); any other word makes it a part of the reminder's words ("… that every minute counts").
+_REPEAT_ENDS = re.compile(
+    r"\s*(?:[,.;!?]|$|(?:at|on|in|from|until|till|starting|for|and|please|pls)\b)", re.I
+)
 _TAIL = re.compile(r"\b(?:to|at|on|for|please|pls)$", re.I)
 
 
@@ -185,13 +195,48 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
     asked = _REQUEST.search(text) is not None
     every, by_date = _EVERY.search(text), _BY_DATE.search(text)
     repeats = min(filter(None, (every, by_date)), key=re.Match.start, default=None)
+    if repeats is not None and _in_task(text, repeats):
+        repeats = None
     if not asked and (repeats is None or text[: repeats.start()].strip()):
         return None
     if repeats is not None:  # the first that says so: "on the 1st of every month … every day's mail"
+        if _starts(text, repeats):  # "remind me tomorrow to water the plants every day"
+            raise Unreadable(_DATED_REPEAT)
         return _recurring(text, every, asked) if repeats is every else _by_date(text, by_date, asked)
     if delay := _IN.search(text):
         return _after(text, delay, now_local)
     return _one_shot(text, now_local)
+
+
+def _opens(text: str) -> int:
+    """Where the reminder's own words open, after the request's ("remind me tomorrow at 9 | that …");
+    the end of `text` when nothing opens them ("every weekday at 7 give me a briefing")."""
+    lead = _LEAD.match(text)
+    opens = _OPENS.search(text, lead.end() if lead else 0)
+    return opens.start() if opens else len(text)
+
+
+def _in_task(text: str, repeats: re.Match) -> bool:
+    """Whether an "every …" is in the reminder's own words, not when it repeats: said after a time
+    for one reminder and the word that opens its words, with more words after it ("remind me tomorrow
+    at 9 that every minute counts", "remind me tomorrow to ask about every day deals"). At the end
+    it says how the reminder repeats: "remind me at 9 to water the plants every day"."""
+    opens = _opens(text)
+    said = text[:opens]
+    if repeats.start() < opens or not any(
+        pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS)
+    ):
+        return False
+    return _REPEAT_ENDS.match(text, repeats.end()) is None
+
+
+def _starts(text: str, repeats: re.Match) -> bool:
+    """Whether the request says a day or a time for a repeating reminder to start, before its words
+    open ("remind me tomorrow to water the plants every day", "in 2 hours remind me to stretch every
+    30 minutes"): it goes on from now, so that is refused as a date is, never left in its text."""
+    lead = _LEAD.match(text)
+    said = text[lead.end() if lead else 0 : min(_opens(text), repeats.start())]
+    return bool(_RELATIVE_DAY.search(said) or _IN.search(said))
 
 
 def _number(raw: str) -> int:
@@ -245,7 +290,8 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     step = _step(every)
     clock = None if step is not None and step < _DAY_MINUTES else _first_clock(text)
     weekly = _ON_DAYS.search(text) if step == _WEEK_MINUTES else None
-    task = _task(text, every, clock, weekly)
+    part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "every day at 1 at night"
+    task = _task(text, every, clock, weekly, part)
     if not asked and not _ADDRESSED.match(task):
         return None
     if _date(text):  # "every day until Dec 24": not from today on, unbounded
@@ -254,7 +300,7 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
         cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
         return ReminderRequest(_need(task), cron=cron)
     task = _need(task)
-    hour, minute = _repeating_time(clock, what)
+    hour, minute = _repeating_time(clock, part.group("part").lower() if part else what)
     dow = {"weekday": "1-5", "weekend": "6,0"}.get(what)
     if days := every.group("days") or (weekly and weekly.group("days")):
         named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
@@ -445,9 +491,10 @@ def _span(said: str) -> tuple[int, int]:
 
 def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     """A day and/or a time of day. A bare hour today (named or not) is the next of H:00 and H+12:00
-    ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day it is
-    read by `_bare_hour`. A night's small hours are the next day's: "tonight at 12" is the coming
-    midnight. A date and a day named together must be the same day."""
+    ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day, or with a
+    part of the day, it is read by `_bare_hour`. A night's small hours are the next day's: "tonight
+    at 1" is 01:00 tomorrow, "tonight at 12" the coming midnight, "at 1 at night" the next 01:00. A
+    date and a day named together must be the same day."""
     day = _RELATIVE_DAY.search(text) or _WEEKDAY.search(text)
     dated = _date(text)
     clock = _first_clock(text)
@@ -459,8 +506,9 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
         raise Unreadable("yesterday is in the past")
     if day is None and dated is None and clock is None:
         raise Unreadable("I couldn't tell when")
-    task = _need(_task(text, day, dated, clock))
-    found = day.groupdict() if day else {}
+    said_part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "at 1 at night"
+    task = _need(_task(text, day, dated, clock, said_part))
+    found = {**(day.groupdict() if day else {}), **(said_part.groupdict() if said_part else {})}
     named = (found.get("day") or found.get("weekday") or ("today" if day else "")).lower()
     part = (found.get("part") or ("night" if named == "tonight" else "")).lower()
     if clock:
@@ -489,7 +537,7 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
         if day and (on.weekday() != _DAYS.index(named) if named in _DAYS else on != named_on):
             raise Unreadable(f"{(found.get('weekday') or day.group(0)).strip()} is not {on.day} {on:%B}")
         named = f"on {on.day} {on:%B}"
-    if part == "night" and hour < _NIGHT_ENDS:
+    if part == "night" and hour < _NIGHT_ENDS and named:  # "at 1 at night": the next 01:00
         on, later = on + timedelta(days=1), later and later + timedelta(days=1)
     if bare and on > today:
         hour, bare = _bare_hour(hour, ""), False
@@ -546,9 +594,11 @@ def _bare_twelve(clock: re.Match) -> bool:
 
 def _bare_hour(hour: int, part: str) -> int:
     """An hour from 1 to 11 without am/pm where there is no "next" to go by (a later day, a recurring
-    reminder): the morning keeps it, the afternoon, evening and night add 12; otherwise 1 to 6 are
-    the afternoon and evening ("tomorrow at 3" is 15:00), 7 to 11 the morning ("tomorrow at 9")."""
-    if part == "morning":
+    reminder, a part of the day): the morning keeps it, the afternoon and evening add 12, the night
+    keeps its small hours ("tonight at 1" is 01:00) and adds 12 to 6 to 11 ("tonight at 11");
+    otherwise 1 to 6 are the afternoon and evening ("tomorrow at 3" is 15:00), 7 to 11 the morning
+    ("tomorrow at 9")."""
+    if part == "morning" or (part == "night" and hour < _NIGHT_ENDS):
         return hour
     return hour + 12 if part in ("afternoon", "evening", "night") or hour <= 6 else hour
 

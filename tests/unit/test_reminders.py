@@ -22,6 +22,8 @@ def _london(iso_utc: str) -> datetime:
 
 SAT_NOON = _london("2026-03-28T12:00:00+00:00")  # the night before the spring change
 SAT_AUTUMN = _london("2026-10-24T12:00:00+00:00")  # 13:00 BST, the day before the autumn change
+FRI_NOON = _london("2026-03-27T12:00:00+00:00")  # a night with no clock change ahead
+FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
 
 
 @pytest.mark.parametrize(
@@ -76,6 +78,73 @@ SAT_AUTUMN = _london("2026-10-24T12:00:00+00:00")  # 13:00 BST, the day before t
         ("remind me tonight at 1am to lock up", SAT_AUTUMN, "lock up", "2026-10-25T01:00+01:00"),
         ("remind me tomorrow night at 12 to lock up", SAT_NOON, "lock up", "2026-03-30T00:00+01:00"),
         ("remind me tonight at 11 to lock up", SAT_NOON, "lock up", "2026-03-28T23:00+00:00"),
+        # At night a bare 1 to 5 is the small hours (had been 13:00 today), 6 to 11 the evening.
+        (
+            "remind me tonight at 1 to take the bins out",
+            FRI_NOON,
+            "take the bins out",
+            "2026-03-28T01:00+00:00",
+        ),
+        (
+            "remind me at 1 tonight to take the bins out",
+            FRI_NOON,
+            "take the bins out",
+            "2026-03-28T01:00+00:00",
+        ),
+        (
+            "remind me tonight at 4:45 to check the bread",
+            FRI_NOON,
+            "check the bread",
+            "2026-03-28T04:45+00:00",
+        ),
+        ("remind me tonight at 6 to cook", FRI_NOON, "cook", "2026-03-27T18:00+00:00"),
+        ("remind me tonight at 12 to lock up", FRI_NOON, "lock up", "2026-03-28T00:00+00:00"),
+        ("remind me tomorrow night at 2 to x", SAT_NOON, "x", "2026-03-30T02:00+01:00"),
+        ("remind me tomorrow at 11 at night to x", SAT_NOON, "x", "2026-03-29T23:00+01:00"),
+        ("remind me on Friday night at 1 to x", SAT_NOON, "x", "2026-04-04T01:00+01:00"),
+        # "at night" without a day is the next such time; "tonight" is the coming night's.
+        ("remind me at 1 at night to x", FRI_NOON, "x", "2026-03-28T01:00+00:00"),
+        ("remind me at 1 at night to x", FRI_SMALL_HOURS, "x", "2026-03-27T01:00+00:00"),
+        ("remind me tonight at 1 to x", FRI_SMALL_HOURS, "x", "2026-03-28T01:00+00:00"),
+        ("remind me at 3 in the morning to x", SAT_NOON, "x", "2026-03-29T03:00+01:00"),
+        ("remind me at 7 in the evening to x", SAT_NOON, "x", "2026-03-28T19:00+00:00"),
+        # An "every …" in the reminder's own words, after a time for one reminder, is not a repetition.
+        (
+            "remind me tomorrow at 9 that every minute counts",
+            SAT_NOON,
+            "every minute counts",
+            "2026-03-29T09:00+01:00",
+        ),
+        (
+            "remind me tomorrow to ask about every day deals",
+            SAT_NOON,
+            "ask about every day deals",
+            "2026-03-29T09:00+01:00",
+        ),
+        (
+            "remind me in 2 hours that every minute counts",
+            SAT_NOON,
+            "every minute counts",
+            "2026-03-28T14:00+00:00",
+        ),
+        (
+            "remind me on Monday to plan every day's work",
+            SAT_NOON,
+            "plan every day's work",
+            "2026-03-30T09:00+01:00",
+        ),
+        (
+            "remind me at 9 that every minute counts",
+            SAT_NOON,
+            "every minute counts",
+            "2026-03-28T21:00+00:00",
+        ),
+        (
+            "remind me tomorrow that every March is busy",
+            SAT_NOON,
+            "every March is busy",
+            "2026-03-29T09:00+01:00",
+        ),
     ],
 )
 def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task, at):
@@ -104,6 +173,20 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me every 24 hours at 8 to take the pill", "take the pill", "0 8 * * *"),
         ("remind me every week on Friday at 5pm to send the report", "send the report", "0 17 * * 5"),
         ("remind me every night at 12 to lock up", "lock up", "0 0 * * *"),
+        # At night a bare 1 to 5 is the small hours (had been 13:00), 6 to 11 the evening.
+        ("remind me every night at 1 to lock up", "lock up", "0 1 * * *"),
+        ("remind me every night at 6 to cook", "cook", "0 18 * * *"),
+        ("remind me every night at 11 to lock up", "lock up", "0 23 * * *"),
+        ("remind me every day at 1 at night to back up", "back up", "0 1 * * *"),
+        ("remind me on the 1st of every month at 1 at night to x", "x", "0 1 1 * *"),
+        # An "every …" that opens the request or ends it says how it repeats.
+        ("remind me to stretch every 30 minutes", "stretch", "*/30 * * * *"),
+        ("remind me every Monday at 9 to prepare for tomorrow", "prepare for tomorrow", "0 9 * * 1"),
+        ("remind me every day at 9 that each month matters", "each month matters", "0 9 * * *"),
+        ("every weekday at 7 give me a morning briefing", "give me a morning briefing", "0 7 * * 1-5"),
+        ("remind me at 9 to water the plants every day", "water the plants", "0 9 * * *"),
+        ("remind me to prepare for tomorrow every Monday", "prepare for tomorrow", "0 9 * * 1"),
+        ("remind me on Friday to call mum every week", "call mum", "0 9 * * 5"),
         # A day of every month or year: cron's day-of-month and month fields.
         ("remind me on the 5th of every month at 9 to pay rent", "pay rent", "0 9 5 * *"),
         ("remind me on the last day of every month to file expenses", "file expenses", "0 9 L * *"),
@@ -161,6 +244,14 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
         ("remind me every year at 9 to renew", "every year needs a date"),
         ("remind me to buy milk", "I couldn't tell when"),
+        # A repeating reminder goes on from now: one to start on a later day is refused, never set
+        # with "tomorrow" in its text.
+        ("remind me tomorrow to water the plants every day", "not until or from a date$"),
+        ("remind me tomorrow to water the plants every day at 8", "not until or from a date$"),
+        ("remind me tomorrow every day at 8 to water the plants", "not until or from a date$"),
+        ("remind me tonight to take the pills every night", "not until or from a date$"),
+        ("remind me in 2 hours to stretch every 30 minutes", "not until or from a date$"),
+        ("in 2 hours remind me to stretch every 30 minutes", "not until or from a date$"),
         ("remind me at 5", "I couldn't tell what to remind you of"),
     ],
 )

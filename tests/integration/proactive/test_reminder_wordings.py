@@ -177,6 +177,33 @@ def test_a_span_of_time_in_parts_adds_up(tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_an_every_in_the_reminders_words_and_a_small_hour_tonight(tmp_path):
+    """ "every minute" in what to be reminded of had set a reminder every minute, "tonight at 1" had
+    been 13:00 today and "every night at 1" 13:00 daily; a repeating reminder to start tomorrow is
+    refused, never set with "tomorrow" in its text."""
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        [
+            "remind me tomorrow at 9 that every minute counts",
+            "remind me tomorrow to ask about every day deals",
+            "remind me tonight at 1 to take the bins out",
+            "remind me every night at 1 to lock the back door",
+            "remind me tomorrow to water the plants every day",
+        ],
+        sent="2026-03-27T12:00:00+00:00",  # a Friday: no clock change that night
+    )
+    assert _jobs(home) == {
+        "every minute counts": ("once", "2026-03-28T09:00+00:00"),
+        "ask about every day deals": ("once", "2026-03-28T09:00+00:00"),
+        "take the bins out": ("once", "2026-03-28T01:00+00:00"),
+        "lock the back door": ("cron 0 1 * * *", "2026-03-28T01:00+00:00"),
+    }
+    assert replies[4].startswith("I haven't set a reminder: I can repeat a reminder on days of the week")
+    assert "not until or from a date." in replies[4]
+
+
+@pytest.mark.timeout(600)
 def test_asking_which_reminders_there_are_lists_them(tmp_path):
     home = tmp_path / "home"
     _answer(home, ["remind me tomorrow at 8 to call Anna", "remind me every Monday at 7 to go to the gym"])
