@@ -240,8 +240,9 @@ def _reminder(firing: dict) -> str:
     what = action.removeprefix(_REMIND).removesuffix(".") if action.startswith(_REMIND) else None
     text = f"Reminder: {what or firing.get('description', 'scheduled job')}"
     if firing.get("late"):
-        due = firing.get("due_at")
-        text += f" (this was due {_when(due)}; I'm late because I was not running)"
+        due, missed = firing.get("due_at"), int(firing.get("missed") or 0)
+        before = f", and {missed} time(s) before that" if missed else ""  # folded into this one
+        text += f" (this was due {_when(due)}{before}; I'm late because I was not running)"
     if firing.get("rerouted"):  # the firing says where its reply goes, and why not where it was asked
         text += f" ({firing['rerouted']})"
     return text

@@ -113,7 +113,9 @@ def test_firings_missed_while_down_are_delivered_once_and_marked_late(settings, 
     assert job["late_count"] == 1 and job["next_fire_at"] == datetime(2026, 3, 27, 8, 0)
 
     reply = Brain(db, settings, OfflineClient()).drain()
-    assert "late" in reply.replies[0]["text"] and reply.replies[0]["channel"] == "webchat"
+    assert reply.replies[0]["channel"] == "webchat"
+    # One reply for four missed days, and it says so.
+    assert "(this was due Thu 26 Mar at 09:00, and 3 time(s) before that; I'm" in reply.replies[0]["text"]
 
 
 def test_daily_nine_oclock_in_berlin_keeps_its_wall_clock_across_the_march_change(settings, db, monkeypatch):
