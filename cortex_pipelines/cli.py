@@ -430,13 +430,15 @@ def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
     settings = _existing()
     db = Database(settings.paths.db)
     jobs = [schedules.describe(j) for j in db.run(schedule_store.active_schedules)]
+    now = clock.now()
     for job in jobs:  # a channel since removed or turned off: its firings are answered elsewhere
         job["target_gone"] = schedules.channel_gone(settings, job["target_channel"])
+        job["overdue"] = bool(job["next_fire"]) and datetime.fromisoformat(job["next_fire"]) <= now
     if as_json:
         _print_json(jobs)
         return
     for job in jobs:
-        when = schedules.when_listed(job)
+        when = schedules.when_listed(job) + ("  overdue: fires at the next run" if job["overdue"] else "")
         gone = f" ({job['target_gone']}: answered on another channel)" if job["target_gone"] else ""
         _say(
             f"{job['id']}  next {job['next_fire']} {job['timezone']}  {when}  → {job['target_channel']}{gone}"

@@ -253,7 +253,19 @@ def test_reminders_sent_before_a_clock_change_and_read_late(tmp_path):
     assert replies[4] == "Noted."
     assert replies[5].startswith("I haven't set a reminder: I couldn't tell when.")
 
-    # The stretch reminder was due while the message waited: the next run delivers it, once.
+    # The stretch reminder was due while the message waited: listed as overdue, the next run
+    # delivers it, once.
+    listed = json.loads(cortex("--now", "2026-03-28T12:00:00Z", "schedules", "--json", home=home).stdout)
+    assert {j["description"][:20]: j["overdue"] for j in listed} == {
+        "stretch": True,
+        "water the plants": False,
+        "go to the gym": False,
+        "pack item0 item1 ite": False,
+    }
+    lines = cortex("--now", "2026-03-28T12:00:00Z", "schedules", home=home).stdout.splitlines()
+    assert [line.split()[0] for line in lines if "overdue: fires at the next run" in line] == [
+        jobs["stretch"]["id"]
+    ]
     later = cortex("--now", "2026-03-28T12:01:00Z", "run", home=home, env=london).stdout
     assert "fired 1 schedule(s), 1 late" in later and "Reminder: stretch" in later
 
