@@ -315,6 +315,8 @@ def run(
         _say(reply["text"])
     if result is not None and result.success and settings.turn_ttl_days:
         _expire_turns(settings)
+    if settings.run_history_days:
+        _prune_run_history(settings)
     state = status(settings)
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
@@ -372,6 +374,32 @@ def _expire_turns(settings: Settings) -> None:
         _say(f"expired {len(expired.messages)} message(s) older than {settings.turn_ttl_days} days")
 
 
+def _prune_run_history(settings: Settings) -> None:
+    """Run-history retention after a run (`cortex dev`'s sensor does it hourly): Dagster's finished
+    runs older than CORTEX_RUN_HISTORY_DAYS go, except the newest of each job and those holding an
+    asset's latest. A busy database only delays it to the next run."""
+    import sqlite3
+    from datetime import timedelta
+
+    from dagster import DagsterInstance
+    from dagster._core.errors import DagsterError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from cortex_pipelines.storage.run_history import RUNS_PER_CALL, prune_runs
+
+    days = settings.run_history_days
+    try:
+        with DagsterInstance.get() as instance:
+            pruned = prune_runs(instance, clock.now() - timedelta(days=days), limit=RUNS_PER_CALL)
+    except (SQLAlchemyError, sqlite3.Error, OSError, DagsterError) as exc:
+        _say(f"cortex: warning: Dagster's run history not pruned now: {exc}", err)
+        return
+    if pruned.stopped:
+        _say(f"cortex: warning: Dagster's run history pruned in part: {pruned.stopped}", err)
+    if pruned.deleted:
+        _say(pruned.describe(days))
+
+
 @app.command("status")
 def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Bus counts, channels and modes, conversations, memory tiers, LLM usage, warmup, schedules,
@@ -422,6 +450,9 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         + "  ".join(f"{k} {v}" for k, v in sup["findings"].items())
         + f"  (last check {sup['last_check_at'] or 'never'})"
     )
+    runs = state["run_history"]
+    kept = f"older than {runs['keep_days']} days pruned" if runs["keep_days"] else "all kept"
+    out.print(f"run history {runs['runs']} run(s), {runs['bytes'] / 1_000_000:.1f} MB ({kept})")
 
 
 @app.command("schedules")

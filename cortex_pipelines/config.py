@@ -240,6 +240,9 @@ class Settings(BaseSettings):
 
     # Stores
     backup_keep: int = Field(7, ge=1, description="DuckDB backups kept in $CORTEX_HOME/backups")
+    # Dagster's run history (runs, their event logs and compute logs) is pruned of finished runs
+    # older than this many days (storage/run_history.py); 0 keeps every run.
+    run_history_days: int = Field(30, ge=0, le=36500)
 
     @classmethod
     def settings_customise_sources(

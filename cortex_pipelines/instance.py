@@ -128,6 +128,8 @@ def live_dev(paths: Paths) -> str | None:
 
 
 def status(settings: Settings) -> dict:
+    from cortex_pipelines.storage.dagster_sqlite import history_size
+
     db = Database(settings.paths.db)
     talked = db.run(conversations.counts)
     seen = set(talked["by_channel"]) | set(db.run(bus.channels))
@@ -158,6 +160,11 @@ def status(settings: Settings) -> dict:
         "schedules": db.run(schedules.summary),
         "supervision": db.run(supervision.status),
         "outputs": {name: str(path) for name, path in _outputs(settings).items() if path.is_file()},
+        # Dagster's run history on disk; finished runs older than keep_days go (0: none do).
+        "run_history": {
+            **history_size(settings.paths.dagster_home),
+            "keep_days": settings.run_history_days,
+        },
     }
 
 

@@ -7,10 +7,15 @@ that hold a probe word of the erased texts are read; each line that carries eras
 (an event keeps its place, so run history and asset lineage keep their shape); a database that held
 any is VACUUMed, so its free pages keep no copy. Storage configured elsewhere (Postgres) is reported
 as not cleaned.
+
+`history_size` measures the run history on disk for `cortex status`; run-history retention itself
+is storage/run_history.py.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
 import time
 from contextlib import closing, suppress
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
 _SQLITE = b"SQLite format 3\x00"
 _STORAGE_KEYS = ("storage", "run_storage", "event_log_storage", "schedule_storage")
 _BUSY_MS = 30_000
+_RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def live_runs(dagster_home: Path) -> list[str]:
@@ -65,6 +71,27 @@ def clear_daemon_reports(dagster_home: Path) -> None:
 
     with suppress(SQLAlchemyError, sqlite3.Error), DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.wipe_daemon_heartbeats()
+
+
+def history_size(dagster_home: Path) -> dict[str, int]:
+    """The run history on disk, from the file system alone (no Dagster import, no database open):
+    runs with an event log (history/runs/<run_id>.db) and the bytes of history/ and of the compute
+    logs under storage/. What run-history retention (storage/run_history.py) keeps in check."""
+    shards = dagster_home / "history" / "runs"
+    runs = sum(1 for p in shards.glob("*.db") if _RUN_ID.match(p.stem)) if shards.is_dir() else 0
+    return {
+        "runs": runs,
+        "bytes": _tree_size(dagster_home / "history") + _tree_size(dagster_home / "storage"),
+    }
+
+
+def _tree_size(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with suppress(FileNotFoundError):  # a file deleted while we walk
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
 
 
 def elsewhere(dagster_home: Path) -> str | None:

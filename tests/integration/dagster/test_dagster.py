@@ -81,7 +81,15 @@ def test_definitions_load_and_the_sensors_run_by_default():
     from dagster import DefaultSensorStatus
 
     assert {s.name: s.default_status for s in defs.sensors} == dict.fromkeys(
-        ["inbox_sensor", "scheduler", "supervision", "memory_sensor", "turn_retention", "automation_sensor"],
+        [
+            "inbox_sensor",
+            "scheduler",
+            "supervision",
+            "memory_sensor",
+            "turn_retention",
+            "run_history_retention",
+            "automation_sensor",
+        ],
         DefaultSensorStatus.RUNNING,
     )
     assert defs.resolve_job_def("cortex_main") is not None
