@@ -268,8 +268,12 @@ COPIED_CHARS = 80
 
 
 def first_words(text: str, limit: int = COPIED_CHARS) -> str:
-    """`text` on one line, cut at a word within `limit` characters: how a copy quotes a long text."""
-    return cut_at_word(collapse_spaces(text), limit)
+    """`text` on one line, cut at a word within `limit` characters: how a copy quotes a long text.
+    Cut at `limit` instead when the word cut would keep less than half of it ("I https://…" had
+    kept "I", and erasure took every pin and reply holding an "i" for a copy)."""
+    line = collapse_spaces(text)
+    cut = cut_at_word(line, limit)
+    return cut if len(cut) * 2 >= min(len(line), limit) else line[:limit]
 
 
 def cut_at_word(text: str, limit: int) -> str:

@@ -8,7 +8,14 @@ import pytest
 
 from cortex_pipelines.memory.extract import InjectedText, extract_offline
 from cortex_pipelines.memory.pipeline import MAX_SENTENCE_VECTORS, sentence_lines
-from cortex_pipelines.text import is_question, normalize, own_text, sentence_spans, split_sentences
+from cortex_pipelines.text import (
+    first_words,
+    is_question,
+    normalize,
+    own_text,
+    sentence_spans,
+    split_sentences,
+)
 from cortex_pipelines.turn import Turn
 
 
@@ -178,3 +185,15 @@ def test_a_statement_is_no_question_whatever_it_opens_with(text):
 def test_what_a_question_states_before_its_comma_can_become_a_fact(text, fact):
     turn = Turn(1, "user", "webchat", "maya", text, None)
     assert [d.text for d in extract_offline([turn], InjectedText([]))] == ([fact] if fact else [])
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("short enough to quote whole", "short enough to quote whole"),
+        ("word " * 20, ("word " * 16).strip()),  # cut at the word within 80 characters
+        ("I " + "x" * 85, ("I " + "x" * 85)[:80]),  # not "I": a cut keeps at least half
+    ],
+)
+def test_a_copy_quotes_a_long_text_by_its_first_words(text, quoted):
+    assert first_words(text) == quoted

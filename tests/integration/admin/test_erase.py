@@ -320,3 +320,26 @@ def test_erasing_a_stranger_keeps_the_owners_facts_and_messages_that_say_the_sam
     assert read_only(home, "SELECT text FROM facts WHERE status = 'active' ORDER BY text") == facts_before
     kept = read_only(home, "SELECT sender, content FROM session WHERE role = 'user' ORDER BY id")
     assert kept == [("user", "We decided to get a dog walker for Bruno."), ("user", "I really love pho.")]
+
+
+def test_erasing_a_message_of_a_short_word_and_a_long_link_takes_no_other_pin_or_message(
+    tmp_path: Path,
+) -> None:
+    """Erasure finds copies of a long text by its first words within 80 characters: cut at the space
+    before a long link, "I https://…" was quoted as "i", and every pin and reply holding an "i" went
+    with it."""
+    link = "https://files.example.com/shared/" + "a1b2c3d4" * 8
+    home = tmp_path / "home"
+    cortex("pin", "Gate code is 4412", home=home)
+    cortex("pin", "Recycling goes out on Thursday", home=home)
+    cortex("send", "webchat", "I prefer window seats", "--sender", "maya", home=home)
+    cortex("send", "webchat", f"I {link}", "--sender", "maya", home=home)
+    cortex("run", home=home)
+
+    done = json.loads(cortex("erase", "--matching", link, "--yes", "--json", home=home).stdout)
+    assert done["counts"]["pins"] == 0, done
+    assert [p["text"] for p in json.loads(cortex("pins", "--json", home=home).stdout)] == [
+        "Gate code is 4412",
+        "Recycling goes out on Thursday",
+    ]
+    assert read_only(home, "SELECT text FROM bus") == [("I prefer window seats",)]
