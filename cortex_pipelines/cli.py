@@ -470,7 +470,11 @@ def schedules_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
         return
     for job in jobs:
         when = schedules.when_listed(job) + ("  overdue: fires at the next run" if job["overdue"] else "")
-        gone = f" ({job['target_gone']}: answered on another channel)" if job["target_gone"] else ""
+        gone = ""
+        if job["target_gone"]:
+            instead, _ = db.run(schedules.reply_target, settings, job["target_channel"])
+            fallback = f"answered on {instead}" if instead != job["target_channel"] else "recorded, not sent"
+            gone = f" ({job['target_gone']}: {fallback})"
         _say(
             f"{job['id']}  next {job['next_fire']} {job['timezone']}  {when}  → {job['target_channel']}{gone}"
         )

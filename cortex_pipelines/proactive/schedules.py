@@ -182,6 +182,9 @@ _UNDESCRIBED = (
 def in_words(cron: str) -> str:
     """A cron as people read it: "at 09:00, only on Monday", "every day at 20:00", "every 30
     minutes" (confirmations and `cortex schedules` showed "cron 0 9 * * 1")."""
+    minute, hour = cron.split()[:2]
+    if _uneven_step(minute, 60) or _uneven_step(hour, 24):  # "*/45" fires at :00 and :45
+        return f"by cron {cron}"
     options = cron_descriptor.Options()
     options.use_24hour_time_format = True
     try:
@@ -190,6 +193,13 @@ def in_words(cron: str) -> str:
         return f"by cron {cron}"
     said = said[:1].lower() + said[1:]
     return f"every day {said}" if said.startswith("at ") and "," not in said else said
+
+
+def _uneven_step(field: str, period: int) -> bool:
+    """A step that does not divide its field's period restarts with it: cron-descriptor would call
+    "*/90" in the minute field "every 90 minutes", which fires every hour."""
+    step = field.partition("/")[2]
+    return step.isdigit() and period % int(step) != 0
 
 
 def when_listed(job: dict) -> str:

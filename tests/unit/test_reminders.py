@@ -373,3 +373,20 @@ def test_a_reminder_request_the_offline_provider_cannot_keep_is_told_so(text, wh
 def test_a_question_that_opens_like_a_reminder_is_not_told_that():
     reply = _offline("remind me what my locker code is", "2026-03-28T12:00:00+00:00")
     assert not reply.tool_calls and "reminder" not in reply.text
+
+
+@pytest.mark.parametrize(
+    ("cron", "said"),
+    [
+        ("0 9 * * 1", "at 09:00, only on Monday"),
+        ("0 20 * * *", "every day at 20:00"),
+        ("*/30 * * * *", "every 30 minutes"),
+        ("0 9 L * *", "at 09:00, on the last day of the month"),
+        # A step cron restarts each hour or day: said in words it would be a promise cron breaks.
+        ("*/45 * * * *", "by cron */45 * * * *"),
+        ("*/90 * * * *", "by cron */90 * * * *"),
+        ("0 */5 * * *", "by cron 0 */5 * * *"),
+    ],
+)
+def test_a_repeating_reminder_is_said_in_words_only_when_the_words_are_true(cron, said):
+    assert schedules.in_words(cron) == said

@@ -50,7 +50,7 @@ def test_a_reminder_whose_channel_was_removed_reaches_the_owner_on_webchat_and_s
     (listed,) = json.loads(cortex("schedules", "--json", home=home).stdout)
     assert listed["target_gone"] == "no longer configured"
     line = cortex("schedules", home=home).stdout.splitlines()[0]
-    assert line.endswith("→ matrix (no longer configured: answered on another channel)"), line
+    assert line.endswith("→ matrix (no longer configured: answered on webchat)"), line
     fired = cortex("--now", "+11m", "run", home=home)
     assert "fired 1 schedule(s)" in fired.stdout
     assert GONE.format(id=job["id"]) in fired.stderr.splitlines()
