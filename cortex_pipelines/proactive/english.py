@@ -236,7 +236,14 @@ def _starts(text: str, repeats: re.Match) -> bool:
     30 minutes"): it goes on from now, so that is refused as a date is, never left in its text."""
     lead = _LEAD.match(text)
     said = text[lead.end() if lead else 0 : min(_opens(text), repeats.start())]
-    return bool(_RELATIVE_DAY.search(said) or _IN.search(said))
+    day = _RELATIVE_DAY.search(said)
+    return bool((day and not _today(day)) or _IN.search(said))
+
+
+def _today(day: re.Match) -> re.Match | None:
+    """`day` when it names today ("tonight", "this evening"): a repeat said to start today starts
+    now, as every repeat does ("remind me tonight at 10 to take my pills every night")."""
+    return day if (day.group("day") or "today").lower() in ("today", "tonight") else None
 
 
 def _number(raw: str) -> int:
@@ -291,7 +298,10 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     clock = None if step is not None and step < _DAY_MINUTES else _first_clock(text)
     weekly = _ON_DAYS.search(text) if step == _WEEK_MINUTES else None
     part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "every day at 1 at night"
-    task = _task(text, every, clock, weekly, part)
+    opens = _opens(text)  # "remind me tonight at 10 | to …"; nothing opens "every weekday … give me"
+    day = _RELATIVE_DAY.search(text, 0, opens) if opens < len(text) else None
+    today = day and _today(day)  # starts now: not in its text
+    task = _task(text, every, clock, weekly, part, today)
     if not asked and not _ADDRESSED.match(task):
         return None
     if _date(text):  # "every day until Dec 24": not from today on, unbounded
