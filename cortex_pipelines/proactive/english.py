@@ -172,7 +172,7 @@ _OPENS = re.compile(r"\b(?:to|that|about)\b|:(?!\d)", re.I)
 # What may follow an "every …" that says when the reminder repeats ("… every day at 8", "… every
 # day."); any other word makes it a part of the reminder's words ("… that every minute counts").
 _REPEAT_ENDS = re.compile(
-    r"\s*(?:[,.;!?]|$|(?:at|on|in|from|until|till|starting|for|and|please|pls)\b)", re.I
+    r"\s*(?:[,.;!?]|$|(?:at|on|in|from|until|till|starting|for|and|or|please|pls)\b)", re.I
 )
 _TAIL = re.compile(r"\b(?:to|at|on|for|please|pls)$", re.I)
 
@@ -217,17 +217,20 @@ def _opens(text: str) -> int:
 
 
 def _in_task(text: str, repeats: re.Match) -> bool:
-    """Whether an "every …" is in the reminder's own words, not when it repeats: said after a time
-    for one reminder and the word that opens its words, with more words after it ("remind me tomorrow
-    at 9 that every minute counts", "remind me tomorrow to ask about every day deals"). At the end
-    it says how the reminder repeats: "remind me at 9 to water the plants every day"."""
+    """Whether an "every …" is in the reminder's own words, not when it repeats: said after the word
+    that opens its words, with more words after it, and after a time for one reminder ("remind me
+    tomorrow at 9 that every minute counts", "remind me tomorrow to ask about every day deals") or
+    as a step within the day, which would repeat all day long ("remind me that every minute
+    counts"). At the end it says how the reminder repeats: "remind me at 9 to water the plants every
+    day"."""
     opens = _opens(text)
-    said = text[:opens]
-    if repeats.start() < opens or not any(
-        pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS)
-    ):
+    if repeats.start() < opens or _REPEAT_ENDS.match(text, repeats.end()) is not None:
         return False
-    return _REPEAT_ENDS.match(text, repeats.end()) is None
+    within_the_day = repeats.re is _EVERY and (step := _step(repeats)) is not None and step < _DAY_MINUTES
+    said = text[:opens]
+    return within_the_day or any(
+        pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS)
+    )
 
 
 def _starts(text: str, repeats: re.Match) -> bool:

@@ -145,6 +145,13 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
             "every March is busy",
             "2026-03-29T09:00+01:00",
         ),
+        # A step within the day in its words, whenever the time is said (it had repeated all day).
+        (
+            "remind me to tell Sam tomorrow that every hour matters",
+            SAT_NOON,
+            "tell Sam that every hour matters",
+            "2026-03-29T09:00+01:00",
+        ),
     ],
 )
 def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task, at):
@@ -181,6 +188,8 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me on the 1st of every month at 1 at night to x", "x", "0 1 1 * *"),
         # An "every …" that opens the request or ends it says how it repeats.
         ("remind me to stretch every 30 minutes", "stretch", "*/30 * * * *"),
+        ("remind me to check the oven every 15 minutes please", "check the oven", "*/15 * * * *"),
+        ("remind me to take my pill every morning with water", "take my pill with water", "0 8 * * *"),
         ("remind me every Monday at 9 to prepare for tomorrow", "prepare for tomorrow", "0 9 * * 1"),
         ("remind me every day at 9 that each month matters", "each month matters", "0 9 * * *"),
         ("every weekday at 7 give me a morning briefing", "give me a morning briefing", "0 7 * * 1-5"),
@@ -251,6 +260,7 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
         ("remind me every year at 9 to renew", "every year needs a date"),
         ("remind me to buy milk", "I couldn't tell when"),
+        ("remind me that every minute counts", "I couldn't tell when"),  # not a reminder every minute
         # A repeating reminder goes on from now: one to start on a later day is refused, never set
         # with "tomorrow" in its text.
         ("remind me tomorrow to water the plants every day", "not until or from a date$"),
