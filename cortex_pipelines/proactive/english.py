@@ -141,6 +141,8 @@ _BY_DATE_EXAMPLES = {"month": "on the 1st of every month at 9", "year": "every M
 _IN_EVERY_MONTH = 28
 # "in the evening", "at night": the hour of a repeating reminder without a time of day.
 _PART_OF_DAY = re.compile(rf"\b(?:in\s+the|at)\s+(?P<part>{_PARTS})\b", re.I)
+# The part of the day of the days a repeat names: "every Friday night", "every Monday morning".
+_DAYS_PART = re.compile(rf"\s+(?P<part>{_PARTS})s?\b", re.I)
 # The part of the day that reads a clock just before it: "at 1 at night", "at 7 in the evening".
 _CLOCK_PART = re.compile(rf"\s+(?:in\s+the|at)\s+(?P<part>{_PARTS})\b", re.I)
 # "on 3/4": which is the day and which the month cannot be told, so it is refused.
@@ -301,6 +303,8 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     clock = None if step is not None and step < _DAY_MINUTES else _first_clock(text)
     weekly = _ON_DAYS.search(text) if step == _WEEK_MINUTES else None
     part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "every day at 1 at night"
+    if part is None and every.group("days"):  # "every Friday night at 1"
+        part = _DAYS_PART.match(text, every.end())
     opens = _opens(text)  # "remind me tonight at 10 | to …"; nothing opens "every weekday … give me"
     day = _RELATIVE_DAY.search(text, 0, opens) if opens < len(text) else None
     today = day and _today(day)  # starts now: not in its text
@@ -313,12 +317,16 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
         cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
         return ReminderRequest(_need(task), cron=cron)
     task = _need(task)
-    hour, minute = _repeating_time(clock, part.group("part").lower() if part else what)
-    dow = {"weekday": "1-5", "weekend": "6,0"}.get(what)
+    said_part = part.group("part").lower() if part else what
+    hour, minute = _repeating_time(clock, said_part)
+    named = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}.get(what)
     if days := every.group("days") or (weekly and weekly.group("days")):
         named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
-        dow = ",".join(str(d) for d in sorted(named))
-    return ReminderRequest(task, cron=f"{minute} {hour} * * {dow or '*'}")
+    if named and said_part == "night" and hour < _NIGHT_ENDS:  # Friday night's 01:00 is Saturday's
+        named = {(d + 1) % 7 for d in named}
+    dow = ",".join(map(str, sorted(named))) if named else "*"
+    dow = {"1,2,3,4,5": "1-5", "0,6": "6,0"}.get(dow, dow)  # as people write them
+    return ReminderRequest(task, cron=f"{minute} {hour} * * {dow}")
 
 
 def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None:

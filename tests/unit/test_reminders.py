@@ -182,6 +182,13 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me every night at 12 to lock up", "lock up", "0 0 * * *"),
         # At night a bare 1 to 5 is the small hours (had been 13:00), 6 to 11 the evening.
         ("remind me every night at 1 to lock up", "lock up", "0 1 * * *"),
+        # A named night's small hours are the next day's, as a one-off's are ("on Friday night at 1"
+        # is Saturday 01:00); "every Friday night at 1" had been Fridays at 13:00, "night" in its text.
+        ("remind me every Friday night at 1 to check the server", "check the server", "0 1 * * 6"),
+        ("remind me every Friday at 1 at night to x", "x", "0 1 * * 6"),
+        ("remind me every Saturday night at 2 to x", "x", "0 2 * * 0"),
+        ("remind me every Monday night at 10 to x", "x", "0 22 * * 1"),
+        ("remind me every Friday evening at 7 to x", "x", "0 19 * * 5"),
         ("remind me every night at 6 to cook", "cook", "0 18 * * *"),
         ("remind me every night at 11 to lock up", "lock up", "0 23 * * *"),
         ("remind me every day at 1 at night to back up", "back up", "0 1 * * *"),
