@@ -94,6 +94,12 @@ _DATES = (
 )
 # A repeating reminder goes on from now: one with a date besides ("every day until Dec 24", "on the 1st
 # of every month from May 3") is refused, not set without it.
+# An end or a start said without a day: "until June", "from next month", "starting tomorrow".
+_BOUND = re.compile(
+    rf"\b(?:until|till|from|starting)\s+(?:(?:the\s+)?(?:end\s+of\s+)?{_MONTH_NAME}\b|tomorrow\b"
+    r"|next\s+(?:week|month|year)\b)",
+    re.I,
+)
 _DATED_REPEAT = (
     'I can repeat a reminder on days of the week, as in "every Monday at 9", or on a day of every month '
     'or year, as in "on the 1st of every month at 9", but not until or from a date'
@@ -311,7 +317,7 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     task = _task(text, every, clock, weekly, part, today)
     if not asked and not _ADDRESSED.match(task):
         return None
-    if _date(text):  # "every day until Dec 24": not from today on, unbounded
+    if _date(text) or _BOUND.search(text):  # "every day until Dec 24": not from today on, unbounded
         raise Unreadable(_DATED_REPEAT)
     if step is not None and step != _DAY_MINUTES and not weekly:
         cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
@@ -353,7 +359,7 @@ def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None
         if named is None:
             raise Unreadable(f'every year needs a date, as in "{example}"')
         fields = _yearly_date(named)
-    elif named:  # "on the 1st of every month until Dec 24"
+    elif named or _BOUND.search(text):  # "on the 1st of every month until Dec 24", "… until June"
         raise Unreadable(_DATED_REPEAT)
     elif days is None:
         raise Unreadable(f'every month needs a day of the month, as in "{example}"')

@@ -196,6 +196,11 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         # An "every …" that opens the request or ends it says how it repeats.
         ("remind me to stretch every 30 minutes", "stretch", "*/30 * * * *"),
         ("remind me to check the oven every 15 minutes please", "check the oven", "*/15 * * * *"),
+        (
+            "remind me every Monday at 9 to get the mail from the office",
+            "get the mail from the office",
+            "0 9 * * 1",
+        ),
         ("remind me to take my pill every morning with water", "take my pill with water", "0 8 * * *"),
         ("remind me every Monday at 9 to prepare for tomorrow", "prepare for tomorrow", "0 9 * * 1"),
         ("remind me every day at 9 that each month matters", "each month matters", "0 9 * * *"),
@@ -275,6 +280,11 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me tomorrow every day at 8 to water the plants", "not until or from a date$"),
         ("remind me in 2 hours to stretch every 30 minutes", "not until or from a date$"),
         ("in 2 hours remind me to stretch every 30 minutes", "not until or from a date$"),
+        # An end or a start without a day is one too: it had been kept in the text ("until June to pay rent").
+        ("remind me on the 1st of every month until June to pay rent", "not until or from a date$"),
+        ("remind me every day until the end of March to stretch", "not until or from a date$"),
+        ("remind me every day starting tomorrow to stretch", "not until or from a date$"),
+        ("remind me every week on Friday from next month to report", "not until or from a date$"),
         ("remind me at 5", "I couldn't tell what to remind you of"),
     ],
 )
