@@ -243,12 +243,15 @@ def _in_task(text: str, repeats: re.Match) -> bool:
 
 def _starts(text: str, repeats: re.Match) -> bool:
     """Whether the request says a day or a time for a repeating reminder to start, before its words
-    open ("remind me tomorrow to water the plants every day", "in 2 hours remind me to stretch every
-    30 minutes"): it goes on from now, so that is refused as a date is, never left in its text."""
+    open ("remind me tomorrow to water the plants every day", "remind me next Monday to run every
+    day", "in 2 hours remind me to stretch every 30 minutes"): it goes on from now, so that is
+    refused as a date is, never left in its text. A weekday names a weekly one's day ("remind me on
+    Friday to call mum every week")."""
     lead = _LEAD.match(text)
     said = text[lead.end() if lead else 0 : min(_opens(text), repeats.start())]
     day = _RELATIVE_DAY.search(said)
-    return bool((day and not _today(day)) or _IN.search(said))
+    weekly = repeats.re is _EVERY and _step(repeats) == _WEEK_MINUTES
+    return bool((day and not _today(day)) or _IN.search(said) or (not weekly and _WEEKDAY.search(said)))
 
 
 def _today(day: re.Match) -> re.Match | None:

@@ -284,6 +284,8 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me on the 1st of every month until June to pay rent", "not until or from a date$"),
         ("remind me every day until the end of March to stretch", "not until or from a date$"),
         ("remind me every day starting tomorrow to stretch", "not until or from a date$"),
+        ("remind me next Monday to start running every day", "not until or from a date$"),
+        ("remind me on Monday to take my pill every morning", "not until or from a date$"),
         ("remind me every week on Friday from next month to report", "not until or from a date$"),
         ("remind me at 5", "I couldn't tell what to remind you of"),
     ],
