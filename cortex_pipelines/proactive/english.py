@@ -250,8 +250,9 @@ def _starts(text: str, repeats: re.Match) -> bool:
     lead = _LEAD.match(text)
     said = text[lead.end() if lead else 0 : min(_opens(text), repeats.start())]
     day = _RELATIVE_DAY.search(said)
-    weekly = repeats.re is _EVERY and _step(repeats) == _WEEK_MINUTES
-    return bool((day and not _today(day)) or _IN.search(said) or (not weekly and _WEEKDAY.search(said)))
+    # A weekday names a weekly repeat's day, or a monthly one's ("the first Monday of every month").
+    daily = repeats.re is _EVERY and _step(repeats) != _WEEK_MINUTES
+    return bool((day and not _today(day)) or _IN.search(said) or (daily and _WEEKDAY.search(said)))
 
 
 def _today(day: re.Match) -> re.Match | None:
