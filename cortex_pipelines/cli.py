@@ -951,7 +951,8 @@ def dev(
     """Start the Dagster UI and daemon for this CORTEX_HOME, and, when CORTEX_INGEST_API_KEY is set,
     the gateway with every configured connector (Ctrl-C stops them all). A message that arrives
     while no processing run is alive starts one at once (run_starter.py). On a machine without the
-    ONNX query encoder, a child process makes it as Dagster starts (once, about 7 s)."""
+    ONNX query encoder, a child process makes it as Dagster starts (once, about 7 s). One per home:
+    a second `cortex dev` on a home whose first is running refuses (exit 2)."""
     import threading
 
     from cortex_pipelines.processes import Supervised
