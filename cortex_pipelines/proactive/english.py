@@ -41,22 +41,44 @@ _KEPT_STEPS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480
 
 _AMPM = r"(?P<ampm>[ap]\.?m\b\.?)"
 _HOUR_MINUTE = r"(?P<hour>\d{1,2})(?:[:.](?P<minute>\d{2}))?"
-# "at noon", "at 9", "at 9.30", "at 5 pm"; without "at" only with am/pm: "tomorrow 9am". First wins.
+_CLOCK_WORDS = {"quarter": 15, "half": 30, "five": 5, "ten": 10, "twenty": 20, "twenty-five": 25}
+_HOUR_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven")
+_HOUR_WORDS += ("twelve",)
+_HOUR = rf"\d{{1,2}}|{'|'.join(_HOUR_WORDS)}"
+# "quarter past 9", "half past six", "20 to 7", "ten past 8 pm": the minutes before or after an hour.
+_SPOKEN_CLOCK = (
+    rf"\b(?:at\s+)?(?P<spoken>quarter|half|twenty[\s-]five|five|ten|twenty|\d{{1,2}})(?:\s+minutes)?\s+"
+    rf"(?P<side>past|after|to)\s+(?P<hour>{_HOUR}|noon|midnight)\b"
+    rf"(?:\s*o['’]?clock\b)?(?:\s*{_AMPM})?"
+)
+# "at noon", "at 9", "at 9.30", "at 5 pm", "at 9 o'clock"; without "at" only with am/pm ("tomorrow
+# 9am") or o'clock. First wins.
 _CLOCKS = (
+    re.compile(_SPOKEN_CLOCK, re.I),
+    re.compile(rf"\b(?:at\s+)?(?P<hour>{_HOUR})\s*o['’]?clock\b(?:\s*{_AMPM})?", re.I),
     re.compile(r"\b(?:at\s+)?(?P<word>noon|midday|midnight)\b", re.I),
     re.compile(rf"\bat\s+{_HOUR_MINUTE}(?:\s*{_AMPM})?(?![\d:])", re.I),
     re.compile(rf"\b{_HOUR_MINUTE}\s*{_AMPM}", re.I),
 )
 _DAY_LIST = rf"(?:{_DAY})s?(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:{_DAY})s?)*"
-# "every 30 minutes", "every other day", "every 2 Mondays" (a step), or named days and parts of the day.
+# What may follow "daily", "hourly", "weekly" or "nightly" for it to say how a reminder repeats ("remind
+# me daily at 8", "… to drink water hourly"), not name a thing ("my daily standup").
+_ADVERB_ENDS = r"(?=\s*(?:[,.;:!?]|$|(?:on|at|in|to|that|about|from|between|remind|please|pls)\b))"
+# "every 30 minutes", "every other day", "every 2 Mondays" (a step), named days and parts of the day,
+# "on weekdays", "on weekends", and "daily", "hourly", "nightly", "weekly".
 _EVERY = re.compile(
-    rf"\bevery\s+(?:(?P<n>{_NUMBER}|{'|'.join(_EVERY_OTHER)})\s*"
+    r"\b(?:every\s+|on\s+(?=week(?:day|end)s\b))"
+    rf"(?:(?P<n>{_NUMBER}|{'|'.join(_EVERY_OTHER)})\s*"
     rf"(?P<unit>minutes?|mins?|m|hours?|hrs?|h|days?|weeks?|fortnights?|(?:{_DAY})s?)\b"
     r"|(?P<half>half\s+(?:an\s+)?hour)\b"
     r"|(?P<what>day|weekday|weekend|morning|afternoon|evening|night|hour|hr|minute|min|week|fortnight)s?\b"
-    rf"|(?P<days>{_DAY_LIST})\b)",
+    rf"|(?P<days>{_DAY_LIST})\b)"
+    rf"|\b(?P<adverb>daily|hourly|nightly|weekly){_ADVERB_ENDS}",
     re.I,
 )
+_ADVERBS = {"daily": "day", "hourly": "hour", "nightly": "night", "weekly": "week"}
+# Weekdays or weekends only, said after "every day", "every morning": "every day at 9 on weekdays".
+_ON_WEEK_PART = re.compile(r"\bon\s+(?P<which>week(?:day|end))s\b", re.I)
 # The days of "every week on Monday and Thursday".
 _ON_DAYS = re.compile(rf"\b(?:on\s+)?(?P<days>{_DAY_LIST})\b(?!['’])", re.I)
 _IN_UNIT = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b"
@@ -261,6 +283,20 @@ def _today(day: re.Match) -> re.Match | None:
     return day if (day.group("day") or "today").lower() in ("today", "tonight") else None
 
 
+def _what(every: re.Match) -> str:
+    """What an `_EVERY` match repeats on, by name: "day", "weekday", "morning" ("daily" is "day");
+    "" for a step or named days."""
+    if adverb := every.group("adverb"):
+        return _ADVERBS[adverb.lower()]
+    return (every.group("what") or "").lower()
+
+
+def _said(every: re.Match) -> str:
+    """The words of an `_EVERY` match, as a reply quotes them ("Every 2 days" mid-sentence)."""
+    words = " ".join(every.group(0).split())
+    return "every" + words[5:] if words.lower().startswith("every") else words
+
+
 def _number(raw: str) -> int:
     if raw.lower() in _EVERY_OTHER:
         return 2
@@ -273,17 +309,45 @@ def _first_clock(text: str) -> re.Match | None:
 
 def _time_of_day(clock: re.Match) -> tuple[int, int, bool]:
     """(hour, minute, bare): bare is an hour from 1 to 11 without am/pm, which may mean either."""
-    word = (clock.groupdict().get("word") or "").lower()
+    found = clock.groupdict()
+    word = (found.get("word") or "").lower()
     if word:
         return (0 if word == "midnight" else 12), 0, False
-    hour, minute = int(clock.group("hour")), int(clock.group("minute") or 0)
-    ampm = (clock.group("ampm") or "").replace(".", "").lower()
+    if found.get("spoken"):
+        return _spoken_time(clock)
+    hour, minute = _hour(clock.group("hour")), int(found.get("minute") or 0)
+    ampm = (found.get("ampm") or "").replace(".", "").lower()
     if minute > 59 or hour > (12 if ampm else 23) or (ampm and hour == 0):
         said = clock.group("hour") + (f":{clock.group('minute')}" if clock.group("minute") else "")
         raise Unreadable(f"{said}{ampm} is not a time of day")
     if ampm:
         return hour % 12 + (12 if ampm == "pm" else 0), minute, False
     return hour, minute, 1 <= hour <= 11
+
+
+def _hour(said: str) -> int:
+    return int(said) if said.isdigit() else _HOUR_WORDS.index(said.lower()) + 1
+
+
+def _spoken_time(clock: re.Match) -> tuple[int, int, bool]:
+    """(hour, minute, bare) of "quarter past 9", "20 to 7", "half past noon": read as the hour is,
+    then moved by the minutes ("quarter to 9" is as bare as "at 9": 08:45 or 20:45)."""
+    said = clock.group("hour").lower()
+    named = {"noon": 12, "midnight": 0}.get(said)
+    spoken = re.sub(r"[\s-]", "-", clock.group("spoken").lower())
+    minutes = _CLOCK_WORDS.get(spoken) or int(spoken)
+    if not 0 < minutes < 60:
+        raise Unreadable(f"{' '.join(clock.group(0).split())} is not a time of day")
+    ampm = (clock.group("ampm") or "").replace(".", "").lower()
+    hour = named if named is not None else _hour(said)
+    if named is None and (hour > (12 if ampm else 23) or (ampm and hour == 0)):
+        raise Unreadable(f"{' '.join(clock.group(0).split())} is not a time of day")
+    if ampm:
+        hour = hour % 12 + (12 if ampm == "pm" else 0)
+    # Said without am/pm, 1 to 12 may be either half of the day; so may what the minutes make of it.
+    bare = named is None and not ampm and 1 <= hour <= 12
+    at = (hour * 60 + (-minutes if clock.group("side").lower() == "to" else minutes)) % _DAY_MINUTES
+    return at // 60, at % 60, bare and at // 60 < 12
 
 
 def _task(text: str, *found: re.Match | None) -> str:
@@ -308,28 +372,31 @@ def _need(task: str) -> str:
 def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | None:
     """A step within the day ("every 30 minutes") repeats by the clock; "every day", "every 24 hours"
     and "every week on Friday" at a time of day; a step cron cannot keep is refused, not rounded."""
-    what = (every.group("what") or "").lower()
+    what = _what(every)
     step = _step(every)
     clock = None if step is not None and step < _DAY_MINUTES else _first_clock(text)
     weekly = _ON_DAYS.search(text) if step == _WEEK_MINUTES else None
     part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "every day at 1 at night"
-    if part is None and every.group("days"):  # "every Friday night at 1"
+    if part is None and (every.group("days") or what in ("weekday", "weekend")):  # "every Friday night at 1"
         part = _DAYS_PART.match(text, every.end())
+    # "every day at 9 on weekdays", "every morning on weekends"
+    week_part = _ON_WEEK_PART.search(text) if what in ("day", *_PART_HOURS) else None
     opens = _opens(text)  # "remind me tonight at 10 | to …"; nothing opens "every weekday … give me"
     day = _RELATIVE_DAY.search(text, 0, opens) if opens < len(text) else None
     today = day and _today(day)  # starts now: not in its text
-    task = _task(text, every, clock, weekly, part, today)
+    task = _task(text, every, clock, weekly, part, today, week_part)
     if not asked and not _ADDRESSED.match(task):
         return None
     if _date(text) or _BOUND.search(text):  # "every day until Dec 24": not from today on, unbounded
         raise Unreadable(_DATED_REPEAT)
     if step is not None and step != _DAY_MINUTES and not weekly:
-        cron = _step_cron(step, "every" + every.group(0)[5:])  # "Every 2 days" mid-sentence
+        cron = _step_cron(step, _said(every))
         return ReminderRequest(_need(task), cron=cron)
     task = _need(task)
     said_part = part.group("part").lower() if part else what
     hour, minute = _repeating_time(clock, said_part)
-    named = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}.get(what)
+    week_parts = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}
+    named = week_parts.get(week_part.group("which").lower() if week_part else what)
     if days := every.group("days") or (weekly and weekly.group("days")):
         named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
     if named and said_part == "night" and hour < _NIGHT_ENDS:  # Friday night's 01:00 is Saturday's
@@ -425,7 +492,7 @@ def _step(every: re.Match) -> int | None:
     Mondays"); None for named days and parts of the day ("every Monday", "every evening")."""
     if every.group("half"):
         return 30
-    what = (every.group("what") or "").lower()
+    what = _what(every)
     if every.group("unit"):
         n, unit = _number(every.group("n")), every.group("unit").lower()
     elif what in ("minute", "min", "hour", "hr", "week", "fortnight"):

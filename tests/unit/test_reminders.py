@@ -44,6 +44,25 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
         ("remind me tonight at 8 to X", SAT_NOON, "X", "2026-03-28T20:00+00:00"),
         ("remind me at 9.30 to X", _london("2026-03-28T08:00:00+00:00"), "X", "2026-03-28T09:30+00:00"),
         ("remind me tomorow at 9 to buy milk", SAT_NOON, "buy milk", "2026-03-29T09:00+01:00"),
+        # The clock as it is spoken: had been "I couldn't tell when".
+        ("remind me at quarter past 9 to join the call", SAT_NOON, "join the call", "2026-03-28T21:15+00:00"),
+        ("remind me at half past 6 to cook", SAT_NOON, "cook", "2026-03-28T18:30+00:00"),
+        ("remind me tomorrow at quarter to 5 to leave", SAT_NOON, "leave", "2026-03-29T16:45+01:00"),
+        ("remind me at 20 to 7 to leave", SAT_NOON, "leave", "2026-03-28T18:40+00:00"),
+        ("remind me at ten past eight pm to call", SAT_NOON, "call", "2026-03-28T20:10+00:00"),
+        ("remind me tomorrow at nine o'clock to call", SAT_NOON, "call", "2026-03-29T09:00+01:00"),
+        ("remind me at quarter to 1 to eat", SAT_NOON, "eat", "2026-03-28T12:45+00:00"),
+        ("remind me tonight at quarter to 12 to check", SAT_NOON, "check", "2026-03-28T23:45+00:00"),
+        ("remind me tonight at quarter to 1 to check", SAT_NOON, "check", "2026-03-29T00:45+00:00"),
+        ("remind me to stretch at quarter to ten", SAT_NOON, "stretch", "2026-03-28T21:45+00:00"),
+        # "daily" or "weekly" naming a thing is in the text, not a repeat.
+        ("remind me about my daily standup at 9", SAT_NOON, "my daily standup", "2026-03-28T21:00+00:00"),
+        (
+            "remind me to do the weekly review on Friday",
+            SAT_NOON,
+            "do the weekly review",
+            "2026-04-03T09:00+01:00",
+        ),
         # A bare hour is the next of H:00 and H+12:00.
         ("remind me to call mom at 5", SAT_NOON, "call mom", "2026-03-28T17:00+00:00"),
         (
@@ -215,6 +234,19 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me this evening at 8 to stretch every evening", "stretch", "0 20 * * *"),
         ("remind me every day at 9 to plan today", "plan today", "0 9 * * *"),
         ("every weekday at 7 give me a briefing for today", "give me a briefing for today", "0 7 * * 1-5"),
+        # Weekdays or weekends only, with "every" or without; had kept "on weekdays" in the text.
+        ("remind me every day at 9 on weekdays to stand up", "stand up", "0 9 * * 1-5"),
+        ("remind me on weekdays at 9 to stand up", "stand up", "0 9 * * 1-5"),
+        ("remind me to stand up at 9 on weekdays", "stand up", "0 9 * * 1-5"),
+        ("remind me on weekends at 10 to call dad", "call dad", "0 10 * * 6,0"),
+        ("remind me every morning on weekdays to take vitamins", "take vitamins", "0 8 * * 1-5"),
+        ("remind me every weekday morning to take vitamins", "take vitamins", "0 8 * * 1-5"),
+        # "daily", "hourly", "nightly", "weekly" say how it repeats (had been "I couldn't tell when").
+        ("remind me daily to drink water", "drink water", "0 9 * * *"),
+        ("remind me to drink water hourly", "drink water", "0 * * * *"),
+        ("remind me nightly at 10 to read", "read", "0 22 * * *"),
+        ("remind me weekly on Friday at 5 to send the report", "send the report", "0 17 * * 5"),
+        ("remind me every day at half past seven to meditate", "meditate", "30 7 * * *"),
         # A day of every month or year: cron's day-of-month and month fields.
         ("remind me on the 5th of every month at 9 to pay rent", "pay rent", "0 9 5 * *"),
         ("remind me on the last day of every month to file expenses", "file expenses", "0 9 L * *"),
@@ -237,6 +269,7 @@ def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron)
         "Every 2 days I water the plants",
         "I stretch every 30 minutes",
         "I pay rent every month at 9",
+        "I go to the gym daily at 7",
     ],
 )
 def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
@@ -269,6 +302,8 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me every other Monday to pay", "every other Monday can't be kept exactly"),
         ("remind me every fortnight on Friday to pay", "every fortnight can't be kept exactly"),
         ("remind me every week to call gran", "every week needs a day of the week"),
+        ("remind me weekly to call gran", "weekly needs a day of the week"),
+        ("remind me at 70 past 9 to x", "at 70 past 9 is not a time of day"),
         ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
         ("remind me every year at 9 to renew", "every year needs a date"),
         ("remind me to buy milk", "I couldn't tell when"),
