@@ -77,8 +77,18 @@ _EVERY = re.compile(
     re.I,
 )
 _ADVERBS = {"daily": "day", "hourly": "hour", "nightly": "night", "weekly": "week"}
-# Weekdays or weekends only, said after "every day", "every morning": "every day at 9 on weekdays".
+# Weekdays or weekends only, said after "every day", "every morning", "every hour": "every day at 9
+# on weekdays".
 _ON_WEEK_PART = re.compile(r"\bon\s+(?P<which>week(?:day|end))s\b", re.I)
+_WEEK_PARTS = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}
+# The hours a step within the day keeps to: "every hour between 9 and 5", "every 30 minutes from 9am
+# to 5pm".
+_RANGE_HOUR = r"\d{1,2}(?::00)?"
+_HOURS = re.compile(
+    rf"\b(?:between|from)\s+(?P<first>{_RANGE_HOUR})\s*(?P<first_ampm>[ap]\.?m\b\.?)?\s*"
+    rf"(?:and|to|till|until|-)\s*(?P<last>{_RANGE_HOUR})\s*(?P<last_ampm>[ap]\.?m\b\.?)?",
+    re.I,
+)
 # The days of "every week on Monday and Thursday".
 _ON_DAYS = re.compile(rf"\b(?:on\s+)?(?P<days>{_DAY_LIST})\b(?!['’])", re.I)
 _IN_UNIT = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|h|days?|weeks?)\b"
@@ -149,10 +159,20 @@ _DAY_ENDS = (
 # A reminder that repeats by the calendar: "every month", "each year", "monthly", "annually", "every
 # March 3", "every 5th"; "every 2 months" too, to refuse. "The monthly rent" and "every month's bill"
 # say nothing of when.
+# "the first Monday of every month", "the last Friday of the month": cron's "1#1" and "L5".
+_WEEKDAY_NTHS = {"first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3, "fourth": 4, "4th": 4}
+_WEEKDAY_OF_MONTH = re.compile(
+    rf"\b(?:(?:on|every|each)\s+)?(?:the\s+)?(?P<nth>{'|'.join(_WEEKDAY_NTHS)}|last)\s+(?P<weekday>{_DAY})s?"
+    rf"(?:\s+(?P<part>{_PARTS}))?\s+(?:of|in)\s+(?:every|each|the)\s+month\b(?!['’])",
+    re.I,
+)
 _BY_DATE = re.compile(
     rf"\b(?:(?:every|each)\s+(?:(?P<n>{_NUMBER}|{'|'.join(_EVERY_OTHER)})\s+)?(?P<unit>month|year)s?\b(?!['’])"
     r"|(?P<adverb>monthly|yearly|annually)\b(?=\s*(?:[,.;:!?]|$|(?:on|at|to|about|that|in|remind)\b))"
-    rf"|(?:every|each)\s+(?=(?:the\s+)?{_NTHS}{_DAY_ENDS}|(?P<month>{_MONTH_NAME})\b))",
+    rf"|(?:every|each)\s+(?=(?:the\s+)?{_NTHS}{_DAY_ENDS}|(?P<month>{_MONTH_NAME})\b)"
+    # Any month's: "on the 1st of the month", "the first Monday of the month".
+    rf"|(?:(?:every|each)\s+)?(?:the\s+)?(?P<of_the_month>(?:{_NTHS}(?:\s+days?)?|(?:{'|'.join(_WEEKDAY_NTHS)}|last)\s+(?:{_DAY})s?"
+    rf"(?:\s+(?:{_PARTS}))?)\s+(?:of|in)\s+the\s+month)\b(?!['’]))",
     re.I,
 )
 # The days of "on the 5th of every month", "every month on the first", "on the 1st and 15th", "the
@@ -181,7 +201,8 @@ _YESTERDAY = re.compile(r"\byesterday\b(?!['’]s)", re.I)
 # "Thanks for the reminder at 5" tell, they ask for nothing; "remind me what moved to Friday" asks
 # memory.
 _REQUEST = re.compile(
-    r"\bremind\s+(?:me|us)\b(?!\s+(?:again\s+)?(?:what|when|where|who|whom|whose|which|how|why|whether|if)\b)"
+    r"\b(?:remind\s+(?:me|us)|(?:don['’]?t|do\s+not)\s+let\s+(?:me|us)\s+forget)\b"
+    r"(?!\s+(?:again\s+)?(?:what|when|where|who|whom|whose|which|how|why|whether|if)\b)"
     r"|\b(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?reminder\b"
     r"|^\W*reminder\s*(?:[:\-–]|to\b)"
     r"|^\W*(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+)?schedule\s+(?:a|an|me|my|the)\b",
@@ -192,7 +213,8 @@ _REQUEST = re.compile(
 _ADDRESSED = re.compile(r"^(?:please\s+)?[a-z]+\s+(?:me|us)\b", re.I)
 _LEAD = re.compile(
     r"^\W*(?:(?:also|and|oh|hey|ok|okay|please|pls|can|could|would|will|you)\W+)*"
-    r"(?:remind\s+(?:me|us)|(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?"
+    r"(?:remind\s+(?:me|us)|(?:don['’]?t|do\s+not)\s+let\s+(?:me|us)\s+forget"
+    r"|(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?"
     r"reminder(?:\s+for(?:\s+me)?)?|reminder|schedule)\b\W*",
     re.I,
 )
@@ -224,7 +246,9 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
     clock change. Raises Unreadable for a request it cannot read."""
     asked = _REQUEST.search(text) is not None
     every, by_date = _EVERY.search(text), _BY_DATE.search(text)
-    repeats = min(filter(None, (every, by_date)), key=re.Match.start, default=None)
+    # The first said; at one place the longer ("every second Tuesday of the month" over "every second
+    # Tuesday").
+    repeats = min(filter(None, (every, by_date)), key=lambda m: (m.start(), -m.end()), default=None)
     if repeats is not None and _in_task(text, repeats):
         repeats = None
     if not asked and (repeats is None or text[: repeats.start()].strip()):
@@ -379,31 +403,73 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     part = _CLOCK_PART.match(text, clock.end()) if clock else None  # "every day at 1 at night"
     if part is None and (every.group("days") or what in ("weekday", "weekend")):  # "every Friday night at 1"
         part = _DAYS_PART.match(text, every.end())
-    # "every day at 9 on weekdays", "every morning on weekends"
-    week_part = _ON_WEEK_PART.search(text) if what in ("day", *_PART_HOURS) else None
+    within_the_day = step is not None and step < _DAY_MINUTES
+    # "every day at 9 on weekdays", "every morning on weekends", "every hour on weekdays"
+    week_part = _ON_WEEK_PART.search(text) if what in ("day", *_PART_HOURS) or within_the_day else None
+    hours = _HOURS.search(text) if within_the_day else None
     opens = _opens(text)  # "remind me tonight at 10 | to …"; nothing opens "every weekday … give me"
     day = _RELATIVE_DAY.search(text, 0, opens) if opens < len(text) else None
     today = day and _today(day)  # starts now: not in its text
-    task = _task(text, every, clock, weekly, part, today, week_part)
+    task = _task(text, every, clock, weekly, part, today, week_part, hours)
     if not asked and not _ADDRESSED.match(task):
         return None
     if _date(text) or _BOUND.search(text):  # "every day until Dec 24": not from today on, unbounded
         raise Unreadable(_DATED_REPEAT)
     if step is not None and step != _DAY_MINUTES and not weekly:
-        cron = _step_cron(step, _said(every))
-        return ReminderRequest(_need(task), cron=cron)
+        minute, hour, *_ = _step_cron(step, _said(every)).split()
+        if hours:
+            hour = _within(hours, step)
+        dow = _dow(_WEEK_PARTS[week_part.group("which").lower()]) if week_part else "*"
+        return ReminderRequest(_need(task), cron=f"{minute} {hour} * * {dow}")
     task = _need(task)
     said_part = part.group("part").lower() if part else what
     hour, minute = _repeating_time(clock, said_part)
-    week_parts = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}
-    named = week_parts.get(week_part.group("which").lower() if week_part else what)
+    named = _WEEK_PARTS.get(week_part.group("which").lower() if week_part else what)
     if days := every.group("days") or (weekly and weekly.group("days")):
         named = {_CRON_DOW[d.lower()] for d in re.findall(_DAY, days, re.I)}
     if named and said_part == "night" and hour < _NIGHT_ENDS:  # Friday night's 01:00 is Saturday's
         named = {(d + 1) % 7 for d in named}
-    dow = ",".join(map(str, sorted(named))) if named else "*"
-    dow = {"1,2,3,4,5": "1-5", "0,6": "6,0"}.get(dow, dow)  # as people write them
-    return ReminderRequest(task, cron=f"{minute} {hour} * * {dow}")
+    return ReminderRequest(task, cron=f"{minute} {hour} * * {_dow(named) if named else '*'}")
+
+
+def _dow(days: set[int]) -> str:
+    """Cron's day-of-week field for these days, as people write it: "1-5" for weekdays."""
+    said = ",".join(map(str, sorted(days)))
+    return {"1,2,3,4,5": "1-5", "0,6": "6,0"}.get(said, said)
+
+
+def _within(hours: re.Match, step: int) -> str:
+    """Cron's hour field for a step kept between two hours: "9-17" every hour from 9 to 5 (its last at
+    17:00), "9-16" every 30 minutes (its last at 16:30), "9-17/2" every two hours; across midnight
+    "22-23,0-2". A bare hour is read as `_bare_hour` reads it; the end is the first after the start."""
+    first = _range_hour(hours.group("first"), hours.group("first_ampm"), None)
+    last = _range_hour(hours.group("last"), hours.group("last_ampm"), first)
+    if first == last:
+        raise Unreadable(f"{' '.join(hours.group(0).split())} is not a span of hours")
+    if step < 60:
+        last = (last - 1) % 24  # minutes within the last hour would run past its end
+    every = f"/{step // 60}" if step > 60 else ""
+    if first <= last:
+        return f"{first}-{last}{every}"
+    if every:
+        raise Unreadable(f"{_every(step)} can't be kept across midnight; say every hour")
+    return f"{first}-23,0-{last}" if last else f"{first}-23,0"
+
+
+def _range_hour(said: str, ampm: str | None, after: int | None) -> int:
+    """An hour of "between 9 and 5": with am/pm as said; a bare start as `_bare_hour` reads it; a bare
+    end is the first of H and H+12 after the start."""
+    hour = int(said.split(":")[0])
+    ampm = (ampm or "").replace(".", "").lower()
+    if hour > (12 if ampm else 23) or (ampm and hour == 0):
+        raise Unreadable(f"{said}{ampm} is not a time of day")
+    if ampm:
+        return hour % 12 + (12 if ampm == "pm" else 0)
+    if not 1 <= hour <= 12:
+        return hour % 24
+    if after is None:
+        return _bare_hour(hour, "") if hour < 12 else 12
+    return min((h for h in (hour % 12, hour % 12 + 12) if h > after), default=hour % 12)
 
 
 def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None:
@@ -417,8 +483,9 @@ def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None
     unit = "year" if yearly else "month"
     example = _BY_DATE_EXAMPLES[unit]
     days = None if yearly else _MONTH_DAYS.search(text)
+    weekday = None if yearly else _WEEKDAY_OF_MONTH.search(text)
     clock, part = _first_clock(text), _PART_OF_DAY.search(text)
-    task = _task(text, period, named if yearly else days, clock, part)
+    task = _task(text, period, named if yearly else days, weekday, clock, part)
     if not asked and not _ADDRESSED.match(task):
         return None
     if period.group("n") and _number(period.group("n")) != 1:
@@ -432,12 +499,23 @@ def _by_date(text: str, period: re.Match, asked: bool) -> ReminderRequest | None
         fields = _yearly_date(named)
     elif named or _BOUND.search(text):  # "on the 1st of every month until Dec 24", "… until June"
         raise Unreadable(_DATED_REPEAT)
+    elif weekday is not None:
+        return _weekday_of_month(weekday, clock, part, _need(task))
     elif days is None:
         raise Unreadable(f'every month needs a day of the month, as in "{example}"')
     else:
         fields = ",".join(dict.fromkeys(map(_month_day, _MONTH_DAY.findall(days.group("days"))))) + " *"
     hour, minute = _repeating_time(clock, part.group("part").lower() if part else "")
     return ReminderRequest(_need(task), cron=f"{minute} {hour} {fields} *")
+
+
+def _weekday_of_month(weekday: re.Match, clock: re.Match | None, part: re.Match | None, task: str):
+    """ "The first Monday of every month" ("* * 1#1"), "the last Friday of the month" ("* * L5")."""
+    said = (weekday.group("part") or (part.group("part") if part else "")).lower()
+    hour, minute = _repeating_time(clock, said)
+    dow, nth = _CRON_DOW[weekday.group("weekday").lower()], weekday.group("nth").lower()
+    field = f"L{dow}" if nth == "last" else f"{dow}#{_WEEKDAY_NTHS[nth]}"
+    return ReminderRequest(task, cron=f"{minute} {hour} * * {field}")
 
 
 def _month_day(said: str) -> str:

@@ -12,6 +12,7 @@ channel the owner can still read, and says so (`reply_target`).
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -188,11 +189,40 @@ def in_words(cron: str) -> str:
     options = cron_descriptor.Options()
     options.use_24hour_time_format = True
     try:
-        said = cron_descriptor.ExpressionDescriptor(cron, options).get_description()
+        described = cron_descriptor.ExpressionDescriptor(cron, options)
+        said = _steps_between_hours(cron) or described.get_description()
+        if said.startswith("every ") and " from " in said:
+            said += described.get_day_of_week_description()
     except _UNDESCRIBED:
         return f"by cron {cron}"
     said = said[:1].lower() + said[1:]
     return f"every day {said}" if said.startswith("at ") and "," not in said else said
+
+
+def _steps_between_hours(cron: str) -> str | None:
+    """ "every hour from 09:00 to 17:00" for a step kept within hours ("0 9-17 * * *", "*/30 9-16",
+    "0 22-23,0-2"): cron-descriptor said "between 09:00 and 17:59", past the last firing, and read
+    hours across midnight as one span."""
+    minute, hour, day, month, _ = cron.split()
+    if "-" not in hour or (day, month) != ("*", "*") or not re.fullmatch(r"\d+|\*/\d+", minute):
+        return None
+    minutes, hours = croniter.expand(cron)[0][:2]
+    if "*" in minutes or "*" in hours:
+        return None
+    gaps = [(hours[(i + 1) % len(hours)] - h) % 24 for i, h in enumerate(hours)]
+    widest = max(range(len(hours)), key=gaps.__getitem__)  # the day's span starts after it
+    ordered = hours[widest + 1 :] + hours[: widest + 1]
+    steps = {g for i, g in enumerate(gaps) if i != widest}
+    if len(minutes) > 1:  # "*/30": every 30 minutes within each hour
+        every, unit = minutes[1] - minutes[0], "minutes"
+        if steps - {1}:
+            return None
+    elif len(steps) == 1 and len(hours) > 1:
+        every, unit = steps.pop(), "hours"
+    else:
+        return None
+    first, last = f"{ordered[0]:02d}:{minutes[0]:02d}", f"{ordered[-1]:02d}:{minutes[-1]:02d}"
+    return f"every {unit[:-1] if every == 1 else f'{every} {unit}'} from {first} to {last}"
 
 
 def _uneven_step(field: str, period: int) -> bool:

@@ -55,6 +55,7 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
         ("remind me tonight at quarter to 12 to check", SAT_NOON, "check", "2026-03-28T23:45+00:00"),
         ("remind me tonight at quarter to 1 to check", SAT_NOON, "check", "2026-03-29T00:45+00:00"),
         ("remind me to stretch at quarter to ten", SAT_NOON, "stretch", "2026-03-28T21:45+00:00"),
+        ("don't let me forget to call the vet at 3pm", SAT_NOON, "call the vet", "2026-03-28T15:00+00:00"),
         # "daily" or "weekly" naming a thing is in the text, not a repeat.
         ("remind me about my daily standup at 9", SAT_NOON, "my daily standup", "2026-03-28T21:00+00:00"),
         (
@@ -251,6 +252,37 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ("remind me on the 5th of every month at 9 to pay rent", "pay rent", "0 9 5 * *"),
         ("remind me on the last day of every month to file expenses", "file expenses", "0 9 L * *"),
         ("remind me every year on March 3 at 10 to call the dentist", "call the dentist", "0 10 3 3 *"),
+        # Any month's day: "of the month" had been once, with "the month" in its text.
+        ("remind me on the 1st of the month to pay rent", "pay rent", "0 9 1 * *"),
+        ("remind me on the 15th of the month at 8 to pay the card", "pay the card", "0 8 15 * *"),
+        ("remind me on the last day of the month to file expenses", "file expenses", "0 9 L * *"),
+        # A weekday of every month (had been refused: "every month needs a day of the month").
+        (
+            "remind me on the first Monday of every month to review the budget",
+            "review the budget",
+            "0 9 * * 1#1",
+        ),
+        ("remind me on the first Monday of the month at 10 to plan", "plan", "0 10 * * 1#1"),
+        (
+            "remind me on the last Friday of every month to submit timesheets",
+            "submit timesheets",
+            "0 9 * * L5",
+        ),
+        ("remind me the second Tuesday of each month in the evening to go out", "go out", "0 18 * * 2#2"),
+        ("remind me every second Tuesday of the month to x", "x", "0 9 * * 2#2"),
+        # A step within the day kept between two hours, on weekdays or not.
+        ("remind me every hour between 9 and 5 to drink water", "drink water", "0 9-17 * * *"),
+        ("remind me every 30 minutes from 9am to 5pm to stretch", "stretch", "*/30 9-16 * * *"),
+        (
+            "remind me every hour from 10pm to 2am to check the server",
+            "check the server",
+            "0 22-23,0-2 * * *",
+        ),
+        ("remind me every 2 hours between 8 and 6 to stretch", "stretch", "0 8-18/2 * * *"),
+        ("remind me every hour on weekdays to stand up", "stand up", "0 * * * 1-5"),
+        ("remind me hourly from 9 to 17 on weekdays to drink", "drink", "0 9-17 * * 1-5"),
+        # Another way to ask.
+        ("don't let me forget to take the bins out every Tuesday evening", "take the bins out", "0 18 * * 2"),
     ],
 )
 def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron):
@@ -270,6 +302,7 @@ def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron)
         "I stretch every 30 minutes",
         "I pay rent every month at 9",
         "I go to the gym daily at 7",
+        "don't let me forget what she said",
     ],
 )
 def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
@@ -303,6 +336,8 @@ def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):
         ("remind me every fortnight on Friday to pay", "every fortnight can't be kept exactly"),
         ("remind me every week to call gran", "every week needs a day of the week"),
         ("remind me weekly to call gran", "weekly needs a day of the week"),
+        ("remind me every 2 hours from 10pm to 2am to x", "every 2 hours can't be kept across midnight"),
+        ("remind me every hour from 9 to 9am to x", "from 9 to 9am is not a span of hours"),
         ("remind me at 70 past 9 to x", "at 70 past 9 is not a time of day"),
         ("remind me every month at 9 to pay rent", "every month needs a day of the month"),
         ("remind me every year at 9 to renew", "every year needs a date"),
@@ -452,6 +487,15 @@ def test_a_question_that_opens_like_a_reminder_is_not_told_that():
         ("0 20 * * *", "every day at 20:00"),
         ("*/30 * * * *", "every 30 minutes"),
         ("0 9 L * *", "at 09:00, on the last day of the month"),
+        ("0 9 * * 1#1", "at 09:00, on the first Monday of the month"),
+        ("0 9 * * L5", "at 09:00, on the last Friday of the month"),
+        # Within hours: the last firing, not the end of its hour ("between 09:00 and 17:59"), and a
+        # span across midnight as one.
+        ("0 9-17 * * *", "every hour from 09:00 to 17:00"),
+        ("*/30 9-16 * * 1-5", "every 30 minutes from 09:00 to 16:30, Monday through Friday"),
+        ("0 8-20/2 * * *", "every 2 hours from 08:00 to 20:00"),
+        ("0 22-23,0-2 * * *", "every hour from 22:00 to 02:00"),
+        ("0 9,17 * * *", "every day at 09:00 and 17:00"),
         # A step cron restarts each hour or day: said in words it would be a promise cron breaks.
         ("*/45 * * * *", "by cron */45 * * * *"),
         ("*/90 * * * *", "by cron */90 * * * *"),

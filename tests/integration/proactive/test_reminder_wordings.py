@@ -204,6 +204,36 @@ def test_an_every_in_the_reminders_words_and_a_small_hour_tonight(tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_the_clock_as_spoken_a_weekday_of_the_month_and_hours_of_the_day(tmp_path):
+    """ "quarter past 9" and "daily" had been "I couldn't tell when", "the first Monday of every
+    month" was refused, "on weekdays" and "between 9 and 5" were kept in the reminder's text and
+    "on the 1st of the month" was set once. Set, confirmed in words, and fired on its day."""
+    home = tmp_path / "home"
+    replies = _answer(
+        home,
+        [
+            "remind me at quarter past 9 to join the call",
+            "remind me on the first Monday of every month at 10 to review the budget",
+            "remind me every hour between 9 and 5 on weekdays to drink water",
+            "don't let me forget to pay rent on the 1st of the month",
+            "remind me daily to stretch",
+        ],
+    )
+    assert _jobs(home) == {
+        "join the call": ("once", "2026-03-28T21:15+00:00"),
+        "review the budget": ("cron 0 10 * * 1#1", "2026-04-06T10:00+01:00"),
+        "drink water": ("cron 0 9-17 * * 1-5", "2026-03-30T09:00+01:00"),
+        "pay rent": ("cron 0 9 1 * *", "2026-04-01T09:00+01:00"),
+        "stretch": ("cron 0 9 * * *", "2026-03-29T09:00+01:00"),
+    }
+    assert "repeating at 10:00, on the first Monday of the month, to webchat" in replies[1]
+    assert "repeating every hour from 09:00 to 17:00, Monday through Friday, to webchat" in replies[2]
+    fired = cortex("--now", "2026-04-06T09:00:10Z", "run", home=home).stdout
+    assert "Reminder: review the budget" in fired
+    assert _jobs(home)["review the budget"] == ("cron 0 10 * * 1#1", "2026-05-04T10:00+01:00")
+
+
+@pytest.mark.timeout(600)
 def test_asking_which_reminders_there_are_lists_them(tmp_path):
     home = tmp_path / "home"
     _answer(home, ["remind me tomorrow at 8 to call Anna", "remind me every Monday at 7 to go to the gym"])
@@ -356,7 +386,7 @@ def test_english_repeats_on_a_day_of_every_month_or_year(text, task, cron):
         ("remind me monthly at 9am to pay rent", "^every month needs a day of the month"),
         ("remind me to pay rent monthly", "^every month needs a day of the month"),
         ("remind me every month to focus on the first goal", "^every month needs a day of the month"),
-        ("remind me on the first Monday of every month to book", "^every month needs a day of the month"),
+        ("remind me on the fifth Monday of every month to book", "^every month needs a day of the month"),
         (
             "remind me every year at 9 to renew insurance",
             '^every year needs a date, as in "every March 3 at 9"$',
