@@ -218,6 +218,11 @@ _LEAD = re.compile(
     r"reminder(?:\s+for(?:\s+me)?)?|reminder|schedule)\b\W*",
     re.I,
 )
+# A time said just before or after "on weekdays": "at 9 on weekdays", "on weekdays at 10".
+_CLOCK_BEFORE = re.compile(
+    r"(?:\b\d{1,2}(?:[:.]\d{2})?\s*(?:[ap]\.?m\b\.?)?|\b(?:noon|midnight|o['’]?clock))\s*$", re.I
+)
+_CLOCK_AFTER = re.compile(r"\s*(?:at|from|between)\b", re.I)
 _TO = re.compile(r"^\s*(?:to|that|about|of|:|-)\s+", re.I)
 # The word that opens the reminder's own words after the request's: "remind me tomorrow at 9 that …".
 _OPENS = re.compile(r"\b(?:to|that|about)\b|:(?!\d)", re.I)
@@ -278,6 +283,10 @@ def _in_task(text: str, repeats: re.Match) -> bool:
     counts"). At the end it says how the reminder repeats: "remind me at 9 to water the plants every
     day"."""
     opens = _opens(text)
+    if repeats.re is _EVERY and repeats.group(0)[:2].lower() == "on" and repeats.start() >= opens:
+        # "on weekdays" in the words says when only beside a time: "to stand up at 9 on weekdays",
+        # not "to plan what to do on weekends".
+        return not (_CLOCK_BEFORE.search(text, 0, repeats.start()) or _CLOCK_AFTER.match(text, repeats.end()))
     if repeats.start() < opens or _REPEAT_ENDS.match(text, repeats.end()) is not None:
         return False
     within_the_day = repeats.re is _EVERY and (step := _step(repeats)) is not None and step < _DAY_MINUTES
@@ -328,7 +337,16 @@ def _number(raw: str) -> int:
 
 
 def _first_clock(text: str) -> re.Match | None:
-    return next((m for pattern in _CLOCKS if (m := pattern.search(text))), None)
+    return next((m for pattern in _CLOCKS for m in pattern.finditer(text) if _a_clock(m)), None)
+
+
+def _a_clock(found: re.Match) -> bool:
+    """Whether a match says a time: "N to H" only after "at", with "minutes" or as "quarter to H", since
+    "work from 9 to 5" names no 16:51."""
+    if (found.groupdict().get("side") or "").lower() != "to":
+        return True
+    said = found.group(0).lower()
+    return said.startswith("at") or "minutes" in said or found.group("spoken").lower() == "quarter"
 
 
 def _time_of_day(clock: re.Match) -> tuple[int, int, bool]:

@@ -56,6 +56,20 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
         ("remind me tonight at quarter to 1 to check", SAT_NOON, "check", "2026-03-29T00:45+00:00"),
         ("remind me to stretch at quarter to ten", SAT_NOON, "stretch", "2026-03-28T21:45+00:00"),
         ("don't let me forget to call the vet at 3pm", SAT_NOON, "call the vet", "2026-03-28T15:00+00:00"),
+        # "on weekends" in the words, away from a time, and "9 to 5" name no repeat and no 16:51.
+        (
+            "remind me tomorrow at 9 to plan what to do on weekends",
+            SAT_NOON,
+            "plan what to do on weekends",
+            "2026-03-29T09:00+01:00",
+        ),
+        (
+            "remind me at 5 to ask about shifts on weekdays",
+            SAT_NOON,
+            "ask about shifts on weekdays",
+            "2026-03-28T17:00+00:00",
+        ),
+        ("remind me in 20 minutes to go from 9 to 5", SAT_NOON, "go from 9 to 5", "2026-03-28T12:20+00:00"),
         # "daily" or "weekly" naming a thing is in the text, not a repeat.
         ("remind me about my daily standup at 9", SAT_NOON, "my daily standup", "2026-03-28T21:00+00:00"),
         (
@@ -280,6 +294,8 @@ def test_a_one_shot_reminder_is_set_for_the_time_the_user_means(text, now, task,
         ),
         ("remind me every 2 hours between 8 and 6 to stretch", "stretch", "0 8-18/2 * * *"),
         ("remind me every hour on weekdays to stand up", "stand up", "0 * * * 1-5"),
+        ("remind me to call the office on weekdays at 10", "call the office", "0 10 * * 1-5"),
+        ("remind me every day to work from 9 to 5", "work from 9 to 5", "0 9 * * *"),
         ("remind me hourly from 9 to 17 on weekdays to drink", "drink", "0 9-17 * * 1-5"),
         # Another way to ask.
         ("don't let me forget to take the bins out every Tuesday evening", "take the bins out", "0 18 * * 2"),
