@@ -32,6 +32,7 @@ from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_pat
 from cortex_pipelines.instance import (
     DevRunning,
     add_owners,
+    check_owner_channels,
     claim_dev,
     dagster_env,
     init_home,
@@ -51,7 +52,7 @@ from cortex_pipelines.processes import (
 )
 from cortex_pipelines.storage import Database, dagster_sqlite, outbox
 from cortex_pipelines.storage import schedules as schedule_store
-from cortex_pipelines.storage.backup import BackupError, NoSuchBackup
+from cortex_pipelines.storage.backup import AFTER_IMPORT, BackupError, NoSuchBackup
 from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
 from cortex_pipelines.storage.facts import CATEGORIES
 from cortex_pipelines.storage.health import as_store_damaged, one_line

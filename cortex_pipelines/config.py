@@ -8,12 +8,22 @@ import json
 import os
 import re
 import tomllib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -92,12 +102,38 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message is one line naming the key."""
 
 
+# Invisible characters that str.isprintable() lets through (Unicode's default-ignorable marks that
+# are not format characters): the combining grapheme joiner, Hangul fillers, variation selectors.
+_INVISIBLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
+)
+
+
+def check_sender_id(sender: str) -> str:
+    r"""A sender id as every entry path and the owners setting accept it, or ValueError with why: it
+    decides who the owner is, so "ana ", "ana\u200b" or "ana\nfake" must not pass for, or display as,
+    "ana". Inner spaces are allowed; control, format, line-separator and invisible characters are not."""
+    if not sender.strip():
+        raise ValueError("is blank")
+    if sender != sender.strip():
+        raise ValueError("has leading or trailing whitespace")
+    for char in sender:
+        if not char.isprintable() or _INVISIBLE.match(char):
+            name = unicodedata.name(char, "")
+            code = f"U+{ord(char):04X} {name}".strip()
+            raise ValueError(f"contains {code}, an invisible or control character")
+    return sender
+
+
 def check_owners(owners: dict[str, list[str]]) -> dict[str, list[str]]:
     for name, senders in owners.items():
         if name != ANY_CHANNEL and not re.match(CHANNEL_PATTERN, name):
             raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN} or be '*'")
-        if any(not s.strip() for s in senders):
-            raise ValueError(f"{name}: an owner sender id is empty")
+        for sender in senders:
+            try:
+                check_sender_id(sender)
+            except ValueError as exc:
+                raise ValueError(f"{name}: owner sender id {sender!r} {exc}") from None
     return owners
 
 
@@ -337,6 +373,21 @@ class Settings(BaseSettings):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
         return value
 
+    @field_validator("owners", "channel_modes", "sender_allowlist", "llm_prices", mode="before")
+    @classmethod
+    def _no_setting_inside(cls, value: object, info: ValidationInfo) -> object:
+        """A setting appended to config.toml below a table (`init --owner` wrote `[owners]`) is read
+        as part of it: say so, not "CORTEX_OWNERS: timezone: Input should be a valid list"."""
+        table = info.field_name
+        for key in value if isinstance(value, dict) else ():
+            if key in cls.model_fields:
+                raise PydanticCustomError(
+                    "setting_in_table",
+                    f"{key!r} sits inside config.toml's [{table}] table: move it above the [{table}] "
+                    "line, where settings go",
+                )
+        return value
+
     @field_validator("owners", mode="before")
     @classmethod
     def _owner_pairs(cls, value: object) -> object:
@@ -494,6 +545,8 @@ def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
     loc = first.get("loc") or ()
     key = "CORTEX_" + str(loc[0]).upper() if loc else "CORTEX_*"
+    if first.get("type") == "setting_in_table":
+        return first["msg"]
     if first.get("type") == "extra_forbidden":
         name = str(loc[0]).lower().removeprefix("cortex_")
         near = difflib.get_close_matches(name, sorted(Settings.model_fields), n=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fcntl
 import os
 import time
@@ -12,7 +13,7 @@ from typing import IO
 import tomlkit  # edits config.toml without losing comments
 
 from cortex_pipelines import delivery
-from cortex_pipelines.config import Paths, Settings
+from cortex_pipelines.config import ADMIN_CHANNEL, ANY_CHANNEL, Paths, Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.llm import cost
@@ -48,12 +49,36 @@ def init_home(settings: Settings) -> list[Path]:
     return written
 
 
+def check_owner_channels(settings: Settings, owners: dict[str, list[str]]) -> None:
+    """ValueError unless each channel is one messages can arrive on, or '*': a typo ("webcaht") made
+    the real owner a stranger there. `admin` takes none: everything said on it is the owner's."""
+    known = settings.known_channels() - {ADMIN_CHANNEL}
+    for channel in owners:
+        if channel == ADMIN_CHANNEL:
+            raise ValueError(
+                f"{ADMIN_CHANNEL!r} takes no owners: it is the owner's terminal (`cortex chat`), "
+                "where everything said is theirs"
+            )
+        if channel != ANY_CHANNEL and channel not in known:
+            near = difflib.get_close_matches(channel, sorted(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(
+                f"unknown channel {channel!r}{hint}; known: {', '.join(sorted(known))}, or '*' for "
+                "every channel (add it to CORTEX_CHANNELS or CORTEX_CHANNEL_MODES)"
+            )
+
+
 def add_owners(settings: Settings, owners: dict[str, list[str]]) -> list[str]:
     """Add owner sender ids to config.toml, keeping its other settings and comments; an id already
-    there is left alone, so running it again changes nothing. Returns the CHANNEL:ID pairs added."""
+    there is left alone, so running it again changes nothing. Returns the CHANNEL:ID pairs added.
+    A new entry is a top-level `owners = {...}` line, not an `[owners]` table, which would swallow a
+    setting appended below it; a table written by an older version is extended in place."""
+    check_owner_channels(settings, owners)
     path = settings.paths.config_file
     config = tomlkit.parse(path.read_text(encoding="utf-8")) if path.is_file() else tomlkit.document()
-    table = config.setdefault("owners", tomlkit.table())
+    if "owners" not in config:
+        config["owners"] = tomlkit.inline_table()  # tomlkit puts it above the first table
+    table = config["owners"]
     added = []
     for channel, senders in owners.items():
         current = table.setdefault(channel, tomlkit.array())

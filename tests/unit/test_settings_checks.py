@@ -5,11 +5,12 @@ there, and a `--now` that moves the clock past what dates can hold (QA scenario 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from cortex_pipelines.config import load_settings
+from cortex_pipelines.config import check_sender_id, load_settings
 from tests.support.cli import cortex
 
 
@@ -92,3 +93,32 @@ def test_an_embedding_model_that_cannot_load_offline_is_refused_in_one_line(tmp_
 def test_a_clock_moved_past_what_dates_hold_fails_in_one_line(tmp_path, now):
     proc = cortex("--now", now, "status", home=tmp_path / "home", check=False)
     assert "moves the clock more than 1000 years" in _one_line_failure(proc, "cortex: --now: ")
+
+
+@pytest.mark.parametrize(
+    "sender", ["ana", "12345", "+351 912 000 111", "Ana Lima", "zoë@example.com", "测试"]
+)
+def test_a_printable_sender_id_is_accepted(sender):
+    assert check_sender_id(sender) == sender
+
+
+@pytest.mark.parametrize(
+    ("sender", "reason"),
+    [
+        ("", "is blank"),
+        (" \t", "is blank"),
+        ("ana ", "leading or trailing whitespace"),
+        ("\u00a0ana", "leading or trailing whitespace"),
+        ("ana\nfake", "U+000A"),
+        ("ana\u200b", "U+200B ZERO WIDTH SPACE"),
+        ("an\u00ada", "U+00AD SOFT HYPHEN"),
+        ("ana\u2066", "U+2066"),
+        ("ana\u2029x", "U+2029"),
+        ("a\u034fna", "U+034F"),
+        ("ana\U000e0041", "U+E0041"),
+        ("ana\ud800", "U+D800"),
+    ],
+)
+def test_a_sender_id_that_hides_characters_is_refused_with_why(sender, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        check_sender_id(sender)

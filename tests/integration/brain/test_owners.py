@@ -3,6 +3,8 @@ that only the owner's words become facts about the user."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cortex_pipelines.brain.loop import Brain
@@ -64,6 +66,68 @@ def test_init_owner_is_kept_in_config_toml_with_its_comments_and_is_idempotent(t
     bad = cortex("init", "--owner", "telegram", home=home, check=False)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
     assert "--owner" in bad.stderr and (home / "config.toml").read_text(encoding="utf-8") == before
+
+
+def _one_line_refusal(proc) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("owner", "said"),
+    [
+        ("webcaht:ana", "unknown channel 'webcaht' (did you mean 'webchat'?); known: cron, discord, email"),
+        ("nosuch:ana", "unknown channel 'nosuch'; known: "),
+        ("admin:ana", "'admin' takes no owners: it is the owner's terminal"),
+    ],
+)
+def test_init_owner_refuses_a_channel_no_message_arrives_on_and_writes_nothing(tmp_path, owner, said):
+    """A typo made the real owner a stranger; `admin` needs no owner: all said there is the owner's."""
+    home = tmp_path / "home"
+    line = _one_line_refusal(cortex("init", "--owner", owner, home=home, check=False))
+    assert line.startswith("cortex: --owner: ") and said in line, line
+    assert not home.exists()
+    cortex("init", "--owner", "mine:ana", home=home, env={"CORTEX_CHANNELS": '["mine"]'})
+    assert load_settings(home).owner_ids("mine") == {"ana"}
+
+
+@pytest.mark.parametrize("sender", ["ana\u200b", "a\tb", "ana\u202e"])
+def test_owner_ids_that_hide_characters_are_refused_by_init_and_cortex_owners(tmp_path, sender):
+    home = tmp_path / "home"
+    line = _one_line_refusal(cortex("init", "--owner", f"webchat:{sender}", home=home, check=False))
+    assert line.startswith("cortex: --owner: webchat: owner sender id "), line
+    assert not home.exists()
+    for owners in (f"webchat:{sender}", json.dumps({"webchat": [sender]}), '{"webchat": ["ana "]}'):
+        line = _one_line_refusal(cortex("status", home=home, env={"CORTEX_OWNERS": owners}, check=False))
+        assert line.startswith("cortex: config: CORTEX_OWNERS: webchat: owner sender id "), line
+
+
+def test_a_setting_appended_after_init_owner_is_a_top_level_setting(tmp_path):
+    """`init --owner` wrote an [owners] table, so `timezone = ...` appended below it broke every command."""
+    home = tmp_path / "home"
+    cortex("init", "--owner", "webchat:ana", home=home)
+    with (home / "config.toml").open("a", encoding="utf-8") as config:
+        config.write('timezone = "America/New_York"\n')
+    cortex("status", home=home)
+    s = load_settings(home)
+    assert s.timezone == "America/New_York" and s.owner_ids("webchat") == {"ana"}
+
+
+def test_a_setting_inside_an_older_owners_table_is_named_in_one_line(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[owners]\nwebchat = ["ana"]\n', encoding="utf-8")
+    cortex("init", "--owner", "telegram:42", home=home)  # an older table is still read and extended
+    assert load_settings(home).owner_ids("telegram") == {"42"}
+    with (home / "config.toml").open("a", encoding="utf-8") as config:
+        config.write('timezone = "America/New_York"\n')
+    line = _one_line_refusal(cortex("status", home=home, check=False))
+    assert line == (
+        "cortex: config: 'timezone' sits inside config.toml's [owners] table: "
+        "move it above the [owners] line, where settings go"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
