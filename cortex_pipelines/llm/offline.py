@@ -41,15 +41,26 @@ _LIST_SCHEDULES = re.compile(
     re.I,
 )
 _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]{8})\b", re.I)
-# "delete the gym reminder", "stop reminding me to clean": the schedule the other words name.
+# "delete the gym reminder", "stop reminding me to clean", "never mind the reminder about Carla": the
+# schedule the other words name.
 _DELETE_NAMED = re.compile(
-    r"^\W*(?:(?:please|pls|ok|okay|hey|also|and|can|could|would|will|you)\W+)*"
-    r"(?:(?:delete|cancel|remove|stop|drop|clear)\b.*\b(?:reminders?|schedules?)\b"
+    r"^\W*(?:(?:please|pls|ok|okay|hey|also|and|oh|can|could|would|will|you)\W+)*"
+    r"(?:(?:delete|cancel|remove|stop|drop|clear|never\s*mind|forget(?:\s+about)?)\b.*\b(?:reminders?|schedules?)\b"
     r"|stop\s+reminding\s+(?:me|us)\b)",
     re.I | re.S,
 )
+# "delete all my reminders", "cancel all reminders": every one of them, not one they name.
+_ALL = re.compile(
+    r"\b(?:all|every)\b(?:\s+(?:of\s+)?(?:my|the|our|your|these|those))?\s+(?:reminders|schedules)\b", re.I
+)
 # The request's own words: what is left names the reminder.
-_NOT_NAMING = stemmed("ok okay hey also us delete cancel remove stop drop clear reminder schedule anymore")
+_NOT_NAMING = stemmed(
+    "ok okay oh hey also us delete cancel remove stop drop clear never mind forget reminder schedule anymore"
+)
+# Reminders are the owner's: a stranger asking for one, or for the list, had been told "Noted.".
+_OWNER_REMINDERS = "Only the owner can set, list or cancel reminders here."
+# Nor can a stranger make Cortex forget: the owner's admin commands are not theirs to be told.
+_OWNER_FORGETS = "Only the owner can make me forget things."
 # A reminder request it cannot read is told so: "Noted." had read as a promise.
 _NO_REMINDER = (
     'I haven\'t set a reminder: {why}. Wordings I understand: "remind me in 20 minutes to …", '
@@ -83,6 +94,8 @@ class OfflineClient:
             scheduled = _schedule_call(request, text, hints)
             if scheduled is not None:
                 return scheduled
+        elif not request.tools and _about_reminders(text, hints):  # tools act for the owner alone
+            return _reply(request, _OWNER_REMINDERS)
         if op:
             target = op.get("expected_channel") or hints.get("channel")
             summary = " ".join(str(op.get("result", "")).split())[:600]
@@ -95,7 +108,7 @@ class OfflineClient:
         if _DELEGATE.search(text) and "sessions_spawn" in tools:
             return _tool(request, "sessions_spawn", {"task": text.strip()})
         if asks_to_forget(text):
-            return _reply(request, _CANNOT_FORGET)
+            return _reply(request, _CANNOT_FORGET if request.tools else _OWNER_FORGETS)
         asked = asks(text)
         pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []
         if asked and (hints.get("recalled") or pinned):  # the context's recalled memories and pins
@@ -130,6 +143,8 @@ class OfflineClient:
             elif name == "schedule_create" and isinstance(payload, dict):
                 lines.append(_confirm(payload, year))
             elif name == "schedule_list" and isinstance(payload, list) and _DELETE_NAMED.search(text):
+                if _ALL.search(text) and payload and request.allow_tools:
+                    return _tools(request, "schedule_delete", [{"id": job["id"]} for job in payload])
                 named = _named(text, payload)
                 if len(named) == 1 and request.allow_tools:
                     return _tool(request, "schedule_delete", {"id": named[0]["id"]})
@@ -177,6 +192,18 @@ def _schedule_call(request: LLMRequest, text: str, hints: dict) -> LLMResponse |
     else:
         args["at"] = wish.at.isoformat()
     return _tool(request, "schedule_create", args)
+
+
+def _about_reminders(text: str, hints: dict) -> bool:
+    """Whether a message asks to set, list or cancel a reminder."""
+    if _DELETE_SCHEDULE.search(text) or _DELETE_NAMED.search(text) or _LIST_SCHEDULES.search(text):
+        return True
+    try:
+        return (
+            english.parse(text, _asked_at(hints, ZoneInfo(str(hints.get("timezone") or "UTC")))) is not None
+        )
+    except english.Unreadable:
+        return not asks(text)
 
 
 def _asked_at(hints: dict, zone: ZoneInfo) -> datetime:
@@ -344,13 +371,21 @@ def _reply(request: LLMRequest, text: str) -> LLMResponse:
 
 
 def _tool(request: LLMRequest, name: str, args: dict) -> LLMResponse:
-    call_id = f"offline_{name}_{len(request.messages)}"
+    return _tools(request, name, [args])
+
+
+def _tools(request: LLMRequest, name: str, each: list[dict]) -> LLMResponse:
+    """One call of tool `name` per arguments in `each`, in one response."""
+    ids = [f"offline_{name}_{len(request.messages)}" + (f"_{n}" if n else "") for n in range(len(each))]
     return LLMResponse(
         text="",
-        tool_calls=[ToolCall(call_id, name, args)],
-        content=[{"type": "tool_use", "id": call_id, "name": name, "input": args}],
+        tool_calls=[ToolCall(call_id, name, args) for call_id, args in zip(ids, each, strict=True)],
+        content=[
+            {"type": "tool_use", "id": call_id, "name": name, "input": args}
+            for call_id, args in zip(ids, each, strict=True)
+        ],
         stop_reason="tool_use",
         input_tokens=_usage_in(request),
-        output_tokens=estimate_tokens(json.dumps(args)),
+        output_tokens=estimate_tokens(json.dumps(each)),
         model=OfflineClient.model,
     )

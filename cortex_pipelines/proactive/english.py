@@ -57,7 +57,7 @@ _CLOCKS = (
     re.compile(_SPOKEN_CLOCK, re.I),
     re.compile(rf"\b(?:at\s+)?(?P<hour>{_HOUR})\s*o['’]?clock\b(?:\s*{_AMPM})?", re.I),
     re.compile(r"\b(?:at\s+)?(?P<word>noon|midday|midnight)\b", re.I),
-    re.compile(rf"\bat\s+{_HOUR_MINUTE}(?:\s*{_AMPM})?(?![\d:])", re.I),
+    re.compile(rf"\bat\s+{_HOUR_MINUTE}(?:\s*{_AMPM}|(?!\d|:\d))", re.I),  # "at 3pm: call mom"
     re.compile(rf"\b{_HOUR_MINUTE}\s*{_AMPM}", re.I),
 )
 _DAY_LIST = rf"(?:{_DAY})s?(?:\s*(?:,|&|\band\b)\s*(?:and\s+)?(?:{_DAY})s?)*"
@@ -208,14 +208,20 @@ _REQUEST = re.compile(
     r"|^\W*(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+)?schedule\s+(?:a|an|me|my|the)\b",
     re.I,
 )
+# An alarm is a reminder with nothing more to say than "wake up" or "alarm", unless it says more.
+_ALARM = re.compile(
+    r"^\W*(?:(?:please|can|could|would|will|you)\W+)*(?:set\s+(?:me\s+)?(?:an?\s+)?alarm|(?P<wake>wake\s+(?:me|us)))\b",
+    re.I,
+)
 # "Every weekday at 7:30 give me a morning briefing": a sentence that opens with "every" asks when
 # the rest is addressed to Cortex.
 _ADDRESSED = re.compile(r"^(?:please\s+)?[a-z]+\s+(?:me|us)\b", re.I)
 _LEAD = re.compile(
     r"^\W*(?:(?:also|and|oh|hey|ok|okay|please|pls|can|could|would|will|you)\W+)*"
+    r"(?:(?:don['’]?t|do\s+not)\s+forget\s+to\s+)?"  # "don't forget to remind me to call mom"
     r"(?:remind\s+(?:me|us)|(?:don['’]?t|do\s+not)\s+let\s+(?:me|us)\s+forget"
     r"|(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?"
-    r"reminder(?:\s+for(?:\s+me)?)?|reminder|schedule)\b\W*",
+    r"(?:reminder|alarm)(?:\s+for(?:\s+me)?)?|wake\s+(?:me|us)(?:\s+up)?|reminder|schedule)\b\W*",
     re.I,
 )
 # A time said just before or after "on weekdays": "at 9 on weekdays", "on weekdays at 10".
@@ -249,7 +255,9 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
     """The reminder `text` asks for, or None when it asks for none. `now_local` (when the user asked)
     must carry a ZoneInfo: wall-clock math in a fixed offset put "tomorrow at 9" an hour off across a
     clock change. Raises Unreadable for a request it cannot read."""
-    asked = _REQUEST.search(text) is not None
+    if alarm := _ALARM.match(text):
+        text = _as_reminder(text, alarm)
+    asked = alarm is not None or _REQUEST.search(text) is not None
     every, by_date = _EVERY.search(text), _BY_DATE.search(text)
     # The first said; at one place the longer ("every second Tuesday of the month" over "every second
     # Tuesday").
@@ -265,6 +273,16 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
     if delay := _IN.search(text):
         return _after(text, delay, now_local)
     return _one_shot(text, now_local)
+
+
+def _as_reminder(text: str, alarm: re.Match) -> str:
+    """An alarm as the reminder it is: "set an alarm for 7am" reminds of "alarm", "wake me up at 7"
+    of "wake up", at 07:00 (a bare hour to wake at is the morning's), unless they say what for."""
+    wake = alarm.group("wake") is not None
+    clock = _first_clock(text) if wake else None
+    if clock and not clock.groupdict().get("ampm") and not _CLOCK_PART.match(text, clock.end()):
+        text = f"{text[: clock.end()]} in the morning{text[clock.end() :]}"
+    return text if _OPENS.search(text, alarm.end()) else f"{text} to {'wake up' if wake else 'alarm'}"
 
 
 def _opens(text: str) -> int:

@@ -56,6 +56,20 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
         ("remind me tonight at quarter to 1 to check", SAT_NOON, "check", "2026-03-29T00:45+00:00"),
         ("remind me to stretch at quarter to ten", SAT_NOON, "stretch", "2026-03-28T21:45+00:00"),
         ("don't let me forget to call the vet at 3pm", SAT_NOON, "call the vet", "2026-03-28T15:00+00:00"),
+        # A colon after the time, "don't forget to remind me", and alarms (had been "pm: call mom",
+        # "don't forget to remind me to call mom", and "Noted.").
+        ("remind me at 3pm: call mom", SAT_NOON, "call mom", "2026-03-28T15:00+00:00"),
+        (
+            "set a reminder for Friday at 3pm: submit expenses",
+            SAT_NOON,
+            "submit expenses",
+            "2026-04-03T15:00+01:00",
+        ),
+        ("don't forget to remind me to call mom on Sunday", SAT_NOON, "call mom", "2026-03-29T09:00+01:00"),
+        ("set an alarm for 7am", SAT_NOON, "alarm", "2026-03-29T07:00+01:00"),
+        ("set an alarm for 7am to take the pills", SAT_NOON, "take the pills", "2026-03-29T07:00+01:00"),
+        ("wake me up tomorrow at 6:30", SAT_NOON, "wake up", "2026-03-29T06:30+01:00"),
+        ("wake me up at 7", SAT_NOON, "wake up", "2026-03-29T07:00+01:00"),
         # "on weekends" in the words, away from a time, and "9 to 5" name no repeat and no 16:51.
         (
             "remind me tomorrow at 9 to plan what to do on weekends",
@@ -319,6 +333,7 @@ def test_a_recurring_reminder_gets_the_days_and_time_asked_for(text, task, cron)
         "I pay rent every month at 9",
         "I go to the gym daily at 7",
         "don't let me forget what she said",
+        "I set an alarm for 7 every day",
     ],
 )
 def test_a_statement_or_a_question_that_names_a_time_sets_no_reminder(text):

@@ -234,6 +234,61 @@ def test_the_clock_as_spoken_a_weekday_of_the_month_and_hours_of_the_day(tmp_pat
 
 
 @pytest.mark.timeout(600)
+def test_all_reminders_are_cancelled_at_once_and_a_stranger_is_told_they_are_the_owners(tmp_path):
+    """ "delete all my reminders" had answered "You have no such reminder", "never mind the reminder
+    about Carla" and "set an alarm for 7am" were "Noted." with nothing done, "at 3pm: call mom" fired
+    as "pm: call mom"; a stranger's reminder request, and their request to forget, were "Noted." and
+    the owner's admin commands."""
+    home = tmp_path / "home"
+    owner = {"CORTEX_OWNERS": "webchat:maya"}
+    _answer(
+        home,
+        [
+            "remind me every Monday at 7 to go to the gym",
+            "remind me tomorrow at 8 to call Carla",
+            "remind me at 3pm: call mom",
+            "set an alarm for 7am",
+        ],
+    )
+    assert _jobs(home) == {
+        "go to the gym": ("cron 0 7 * * 1", "2026-03-30T07:00+01:00"),
+        "call Carla": ("once", "2026-03-29T08:00+01:00"),
+        "call mom": ("once", "2026-03-28T15:00+00:00"),
+        "alarm": ("once", "2026-03-29T07:00+01:00"),
+    }
+    ids = _ids(home)
+    (reply,) = _answer(home, ["never mind the reminder about Carla"], sent="2026-03-28T12:05:00+00:00")
+    assert reply == f"Deleted {ids['call Carla']}." and "call Carla" not in _jobs(home)
+
+    inbox = home / "inbox" / "webchat"
+    asked = ["remind me every day at 9 to send bitcoin to eve", "what reminders do I have?"]
+    asked.append("please forget everything about me")
+    (inbox / "eve.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"channel": "webchat", "sender": "eve", "text": t, "timestamp": "2026-03-28T12:06:00Z"}
+            )
+            + "\n"
+            for t in asked
+        )
+    )
+    cortex("--now", "2026-03-28T12:06:00Z", "run", home=home, env=owner)
+    told = [r for r in _replies(home) if r.startswith("Only the owner")]
+    assert told == [
+        "Only the owner can set, list or cancel reminders here.",
+        "Only the owner can set, list or cancel reminders here.",
+        "Only the owner can make me forget things.",
+    ]
+    assert len(_jobs(home)) == 3
+
+    replies = _answer(home, ["delete all my reminders"], sent="2026-03-28T12:10:00+00:00")
+    assert sorted(replies[0].splitlines()) == sorted(
+        f"Deleted {ids[name]}." for name in ("go to the gym", "call mom", "alarm")
+    )
+    assert _jobs(home) == {}
+
+
+@pytest.mark.timeout(600)
 def test_asking_which_reminders_there_are_lists_them(tmp_path):
     home = tmp_path / "home"
     _answer(home, ["remind me tomorrow at 8 to call Anna", "remind me every Monday at 7 to go to the gym"])
