@@ -296,17 +296,17 @@ class Brain:
         return hits
 
     def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
-        hits = recall(
+        # A stranger's words are theirs, never "what the user said before": left out before the top k
+        # is cut, so that a group chat's lines take none of the owner's places.
+        return recall(
             self.db,
             self.settings,
             query,
             k=self.settings.recall_in_context,
             exclude_sources=exclude,
             query_vector=query_vector,
+            owners_only=True,
         )
-        # A stranger's words are theirs, never "what the user said before".
-        owner_said = self.settings.said_by_owner
-        return [h for h in hits if h.fact_id is not None or owner_said(h.channel or "", h.sender)]
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:
         """Knowledge updates, at write time so the next message sees them (memory/superseding.py)."""

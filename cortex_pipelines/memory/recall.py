@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -146,6 +147,11 @@ def _snapshot(vectors: VectorStore, name: str) -> Snapshot | None:
         return None
 
 
+# A question in the first person singular asks about the owner ("where do I live?", "what's my
+# dentist's name?"); "we" and "our" may be a group's.
+ABOUT_THE_OWNER = re.compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll|me|my|mine|myself)\b", re.I)
+
+
 def recall_query(text: str) -> str:
     """What to search memory for when a message arrives: the sentences that ask something, when it
     also states things ("I'm off to Berlin next week. What seat should you book?" asks about
@@ -164,10 +170,12 @@ def recall(
     vectors: VectorStore | None = None,
     query_vector: np.ndarray | None = None,
     config: RecallConfig | None = None,
+    owners_only: bool = False,
 ) -> list[Hit]:
     """The top-k memories for a query, each with its source message ids (`query_vector`: the
     query's embedding when the caller already has it; `config`: the instance's preset unless
-    given). Reads only: `note_use` counts the hits a caller shows."""
+    given; `owners_only`: facts and the owner's own turns, no other sender's). Reads only:
+    `note_use` counts the hits a caller shows."""
     query = query.strip()
     if not query:
         return []
@@ -290,10 +298,22 @@ def recall(
         embedding.cancel()  # nothing to compare it with: not embedded, if it has not begun
     hits = _facts_stand_for_their_turns(hits, config)
     hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
+    if ABOUT_THE_OWNER.search(query):
+        _strangers_behind(hits, settings, config)
     hits.sort(key=lambda h: h.score, reverse=True)
     if qvec is not None:  # a query matched by keywords alone compares nothing by meaning
         _changes_first(hits, query, k, settings, embedder, config)
+    if owners_only:
+        hits = [h for h in hits if h.fact_id is not None or settings.said_by_owner(h.channel or "", h.sender)]
     return _one_hit_per_statement(hits, settings)[:k]
+
+
+def _strangers_behind(hits: list[Hit], settings: Settings, config: RecallConfig) -> None:
+    """Another sender's turns weigh less for a question about the owner: their "I" is not the
+    owner's."""
+    for hit in hits:
+        if hit.fact_id is None and not settings.said_by_owner(hit.channel or "", hit.sender):
+            hit.score *= config.stranger_weight
 
 
 def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool, hot_facts: bool) -> tuple:

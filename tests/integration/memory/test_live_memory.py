@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -272,3 +273,49 @@ def test_the_vectors_the_brain_keeps_for_its_next_recall_are_the_ones_it_stored(
     assert text == PAIRS[2][0]
     np.testing.assert_allclose(vector, stored_vector, atol=1e-6)
     np.testing.assert_allclose(sentences, stored_sentences, atol=1e-6)
+
+
+def test_strangers_in_a_group_chat_never_crowd_out_what_the_owner_said_a_minute_ago(tmp_path):
+    """An imported group chat's strangers say "I live in Paris" and small talk; the owner then says
+    they moved. "where do I live?" had been answered with three strangers' lines (two of them "Good
+    night!"), and `cortex recall` put the owner's move 8th (QA, helper-38)."""
+    home, rng = tmp_path / "home", random.Random(1)
+    words = "apple river budget meeting sprint garden kettle ticket museum concert piano ferry tram".split()
+    filler = [
+        "lol ok",
+        "Thanks, that helps.",
+        "Had pasta for dinner.",
+        "Good night!",
+        "The train was late again.",
+    ]
+    said = [{"channel": "webchat", "sender": "user", "text": "I live in Lisbon, in a flat near Alfama."}]
+    said[0]["timestamp"] = "2025-01-10T10:00:00Z"
+    for i in range(300):
+        text = (
+            "I live in Paris and my name is Bob."
+            if i % 60 == 0
+            else f"{rng.choice(filler)} {' '.join(rng.sample(words, 3))}"
+        )
+        said.append(
+            {
+                "channel": "telegram",
+                "sender": rng.choice(["555", "777", "999"]),
+                "text": text,
+                "metadata": {"chat_id": "-100500"},
+                "timestamp": f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
+            }
+        )
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps(turn) + "\n" for turn in said))
+    cortex("init", home=home)
+    cortex("ingest", "--history", str(history), home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "We moved to Munich last week, our new flat is in Schwabing.", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "where do I live?", home=home)
+    cortex("run", home=home)
+    replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
+    reply = max(replies, key=lambda r: r["reply_to"])["text"]
+    assert "Munich" in reply and "(not you)" not in reply, reply
+    hits = json.loads(cortex("recall", "where do I live?", "-k", "3", "--json", home=home).stdout)
+    assert "Munich" in hits[0]["text"], hits
