@@ -64,6 +64,8 @@ class Context:
     session_id: int
     shown_op_ids: list[str] = field(default_factory=list)
     shown_failure_ids: list[int] = field(default_factory=list)
+    # Delegated work that failed (its deadline passed): told to the owner with this reply.
+    failed_ops: list[dict] = field(default_factory=list)
     layer_tokens: dict[str, int] = field(default_factory=dict)
     # What the context already shows, so recalled memories never repeat it.
     foreground_ids: list[int] = field(default_factory=list)
@@ -292,6 +294,7 @@ def assemble(
         messages=_to_messages(settings, chosen),
         session_id=inbound_session_id,
         shown_op_ids=[op["id"] for op in ops],
+        failed_ops=[op for op in ops if op["status"] == "failed"],
         shown_failure_ids=[f["id"] for f in failures],
         foreground_ids=[t.id for t in chosen],
         floor_fact_ids=[f["id"] for f in known],

@@ -219,6 +219,7 @@ class Brain:
             "text": msg.text,
             "priority": msg.priority,
             "completed_op": completed_op,
+            "failed_ops": context.failed_ops if speaks_for_owner(self.settings, msg) else [],
             "op_note": op_note,
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
             "sent_at": msg.sent_at.replace(tzinfo=UTC).isoformat(),  # "in 10 minutes" counts from it
@@ -402,8 +403,9 @@ class Brain:
         for target in routed.delivered:
             if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
                 outbox.add(con, msg.id, target, output.text, sorted(self.settings.owner_ids(target)))
-        ops_store.acknowledge(con, context.shown_op_ids)
-        bus.mark_failures_shown(con, context.shown_failure_ids)
+        if speaks_for_owner(self.settings, msg) and not output.silence:  # told the owner, not a stranger
+            ops_store.acknowledge(con, context.shown_op_ids)
+            bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_read(con, context.session_id)
         bus.mark_completed(con, msg.id)
         record_checkpoint(con, msg.id, reply_id)

@@ -77,9 +77,10 @@ class OfflineClient:
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         results = _tool_results(request.messages[-1]) if request.messages else []
-        if results:
-            return self._after_tools(request, results)
-        return self._first_turn(request)
+        response = self._after_tools(request, results) if results else self._first_turn(request)
+        if failed := request.hints.get("failed_ops"):
+            response = _telling_failures(request, response, failed)
+        return response
 
     def _first_turn(self, request: LLMRequest) -> LLMResponse:
         hints = request.hints
@@ -349,6 +350,22 @@ def _tool_names(messages: list[dict]) -> dict[str, str]:
 
 def _usage_in(request: LLMRequest) -> int:
     return estimate_tokens(request.system) + estimate_tokens(json.dumps(request.messages))
+
+
+def _telling_failures(request: LLMRequest, response: LLMResponse, failed: list[dict]) -> LLMResponse:
+    """The answer with the delegated work that failed since the owner last heard, first: offline, a
+    task past its deadline had never been told of (QA, helper-37)."""
+    if response.tool_calls or response.text.strip() == "HEARTBEAT_OK":
+        return response
+    told = "\n".join(
+        f"Your delegated task failed ({_delegated_task(op['description'])}): "
+        f"{str(op['result']).removeprefix('Error: ')}."
+        for op in failed
+    )
+    text = "" if response.text.strip() == "NO_REPLY" else response.text
+    directive = re.match(r"\[\[send_to:[^\]]*\]\]\s*", text)
+    head = directive.group(0) if directive else ""
+    return _reply(request, f"{head}{told}\n{text[len(head) :]}".rstrip())
 
 
 def _delegated_task(task: str) -> str:

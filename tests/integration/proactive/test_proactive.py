@@ -385,6 +385,32 @@ def test_an_overdue_op_becomes_failed_and_is_shown_once(settings, db, monkeypatc
     assert shown == [True, False]
 
 
+def test_a_delegated_task_past_its_deadline_is_told_to_the_owner_once_and_no_stranger_takes_it(tmp_path):
+    """Offline, a task that failed at its deadline had never been told of: the owner's next reply
+    answered another task (QA, helper-37). A stranger's message in between must not use up the news."""
+    home = tmp_path / "home"
+
+    def said(channel: str, sender: str, text: str, when: str) -> str:
+        cortex("--now", when, "send", channel, text, "--sender", sender, home=home)
+        cortex("--now", when, "run", home=home)
+        replies = json.loads(cortex("outbox", channel, "--json", home=home).stdout)
+        return max(replies, key=lambda r: r["reply_to"])["text"]
+
+    cortex("init", "--owner", "webchat:ana", home=home)
+    asked = said(
+        "webchat", "ana", "could you look up the opening hours of the Oceanarium?", "2026-03-23T09:00:00Z"
+    )
+    assert "handed that off as task" in asked
+    cortex("--now", "2026-03-24T10:00:00Z", "run", home=home)  # supervision: past the 24 h deadline
+    said("telegram", "eve", "hello there", "2026-03-24T10:01:00Z")
+    told = said("webchat", "ana", "any news on the oceanarium?", "2026-03-24T10:02:00Z")
+    assert told.startswith(
+        "Your delegated task failed (could you look up the opening hours of the Oceanarium?): no result "
+        "before its deadline."
+    ), told
+    assert "failed" not in said("webchat", "ana", "good morning", "2026-03-24T10:03:00Z")
+
+
 def test_a_hung_run_is_recorded_once(settings, db, monkeypatch):
     _at(monkeypatch, "2026-03-23T09:00:00+00:00")
     run = {"run_id": "a1b2c3d4e5", "job": "process_messages", "started": datetime(2026, 3, 23, 7, 30)}
