@@ -173,6 +173,7 @@ def init(
     settings = _settings()
     try:
         owners = parse_owners(",".join(owner or []))
+        check_owner_channels(settings, owners)
     except ValueError as exc:
         _fail(f"--owner: {exc}")
     written = init_home(settings)
@@ -235,10 +236,24 @@ def ingest(
     settings = _ready()
     if not path.exists():
         _fail(f"no such file or folder: {path}")
-    report = ingest_path(path, settings, Database(settings.paths.db), history=history)
+    db = Database(settings.paths.db)
+    report = ingest_path(path, settings, db, history=history)
     _report(report)
+    if history and report.accepted:
+        _back_up_import(db)
     if report.rejected:
         raise typer.Exit(1)
+
+
+def _back_up_import(db: Database) -> None:
+    """Imported history is in no inbox file, and the day's backup was taken before it: a restore on
+    the day of the import brought back a database without any of it."""
+    try:
+        taken = db.back_up(AFTER_IMPORT)
+    except (BackupError, OSError) as exc:
+        _say(f"cortex: warning: no backup holds the imported history yet: {one_line(exc)}", err)
+        return
+    _say(f"backed up as {taken}")
 
 
 # A backlog that `cortex run` says it is indexing: silent, the first run after importing 60,000
@@ -1178,8 +1193,11 @@ def doctor(
     progress = err if as_json else out
     if backup is not None and not restore:
         _fail("a BACKUP goes with --restore")
+    if restore and (refused := checkup.restore_refused(settings.paths)):
+        _fail(refused, code=1)
     if restore and not yes and checkup.database_whole(settings):
-        _fail("the database reads whole: a restore would roll back what was said since the backup; add --yes")
+        lost = checkup.rolled_back_by_restore(settings, backup)
+        _fail(f"the database reads whole: a restore would roll back {lost}; add --yes")
     if restore:
         if running := live_dev(settings.paths):  # its daemon's reports may not have come in yet
             _fail(

@@ -3,10 +3,12 @@ repairs what is damaged. It only reads: the database is not migrated, no table i
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -94,7 +96,7 @@ def _duckdb(paths: Paths) -> tuple[Check, _Expected | None]:
         version, counts, size, expected = Database(paths.db).examine(look)
     except (duckdb.Error, OSError) as exc:
         damage = health.as_store_damaged(exc, paths)
-        why = damage.reason if damage else f"cannot be read: {one_line(exc)}"
+        why = _why(damage, paths) if damage else f"cannot be read: {one_line(exc)}"
         return Check(
             "duckdb", paths.db, False, f"{paths.db} {why}", damage.repair_command if damage else RESTORE
         ), None
@@ -110,6 +112,14 @@ def _duckdb(paths: Paths) -> tuple[Check, _Expected | None]:
     if version < latest:
         return Check("duckdb", paths.db, False, f"{detail}, older than v{latest}", INIT), expected
     return Check("duckdb", paths.db, True, detail), expected
+
+
+def _why(damage: health.StoreDamaged, paths: Paths) -> str:
+    """What keeps the file from opening: its own bytes, or what holds it ("cortex.duckdb is
+    read-only" read like a chmod problem when its whole file system is)."""
+    if damage.path == paths.db and damage.repair_command != health.REMOUNT:
+        return damage.reason
+    return f"cannot be opened: {damage.store} {damage.path} {damage.reason}"
 
 
 def _backups(paths: Paths) -> Check:
@@ -256,9 +266,8 @@ def _writable(store: str, folder: Path) -> Check:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
-        return Check(
-            store, folder, False, f"{folder} is not writable ({exc.strerror})", f"chmod u+rwx {folder}"
-        )
+        repair = "remount its file system read-write" if exc.errno == errno.EROFS else f"chmod u+rwx {folder}"
+        return Check(store, folder, False, f"{folder} is not writable ({exc.strerror})", repair)
     return Check(store, folder, True, f"{folder}: writable")
 
 
@@ -338,7 +347,8 @@ class Restored:
     source: Path
     db: Path
     kept: Path | None  # the file it replaced
-    later: tuple[dict[str, int], int] | str  # messages by inbox folder and replies, or why not counted
+    # messages by inbox folder, history imported by file name, and replies; or why not counted
+    later: tuple[dict[str, int], dict[str, int], int] | str
     replies_moved: int
     aside: Path
     ingested: Path
@@ -350,30 +360,41 @@ class Restored:
         if isinstance(self.later, str):
             said.append(
                 f"what was said after the backup is rolled back (not counted: {self.later}); "
-                f"`cortex ingest {self.ingested}` brings back the messages that came through the inbox"
+                f"`cortex ingest {self.ingested}` brings back the messages that came through the inbox, "
+                f"and `cortex ingest --history FILE` any history imported after {_taken(self.source)}"
             )
-        elif any(self.later[0].values()) or self.later[1]:
-            by_folder, replies = self.later
+        elif any(self.later[0].values()) or self.later[1] or self.later[2]:
+            by_folder, imported, replies = self.later
             said.append(
-                f"rolled back {sum(by_folder.values())} message(s) and {replies} reply(ies) from after "
-                f"the backup{self._bring_back(by_folder)}"
+                f"rolled back {sum(by_folder.values()) + sum(imported.values())} message(s) and "
+                f"{replies} reply(ies) from after the backup{self._bring_back(by_folder, imported)}"
             )
         if self.replies_moved:
             said.append(f"moved {self.replies_moved} outbox file(s) of rolled-back replies to {self.aside}")
         return said
 
-    def _bring_back(self, by_folder: dict[str, int]) -> str:
-        """The one command that brings the messages back (their inbox files are kept in .ingested;
-        those already restored are duplicates), and how many it cannot bring."""
+    def _bring_back(self, by_folder: dict[str, int], imported: dict[str, int]) -> str:
+        """The command that brings each kind of message back (inbox files are kept in .ingested,
+        imported history is in the files the user imported; those already restored are
+        duplicates), and how many none can bring."""
         folders = sorted(f for f in by_folder if f)
         elsewhere = by_folder.get("", 0)
         told = ""
         if folders:
             where = self.ingested / folders[0] if len(folders) == 1 else self.ingested
             told = f"; `cortex ingest {where}` brings the messages back, to be answered again"
+        if imported:
+            told += (
+                f"; `cortex ingest --history FILE` brings back the {sum(imported.values())} imported as "
+                f"history (from {', '.join(sorted(imported))})"
+            )
         if elsewhere:
             told += f"; {elsewhere} of them came by the gateway, an import or a schedule, which keep no file"
         return told
+
+
+def _taken(source: Path) -> str:
+    return f"{source.name} was taken ({backup.taken_at(source):%Y-%m-%d %H:%M} UTC)"
 
 
 def _runs_in_flight(dagster_home: Path) -> list[str]:
@@ -415,20 +436,62 @@ def _answering(settings: Settings) -> str | None:
     return f"pid {holder[2]} on {holder[1]} ({holder[0]})" if holder else None
 
 
+def _backup_named(db_path: Path, chosen: str | None) -> Path:
+    """The backup a restore brings back: a path, a name in the backups folder, or the newest that
+    reads whole."""
+    if chosen is None:
+        return backup.newest_good(db_path)
+    source = Path(chosen).expanduser()
+    if not source.is_file():
+        source = backup.folder(db_path) / chosen
+    if not source.is_file():
+        raise backup.NoSuchBackup(f"no backup {chosen} (see {backup.folder(db_path)})")
+    return source
+
+
+def rolled_back_by_restore(settings: Settings, chosen: str | None) -> str:
+    """What a restore over a database that reads whole would roll back, in words: the count and the
+    backup's age let the user judge the --yes it asks for. Vague when the backup does not read."""
+    try:
+        source = _backup_named(settings.paths.db, chosen)
+        messages, replies = backup.examine(source, health.held)
+        folders, imported, made = Database(settings.paths.db).examine(health.said_after, messages, replies)
+    except (backup.BackupError, duckdb.Error, OSError):
+        return "what was said since the backup"
+    age = (datetime.now(UTC) - backup.taken_at(source)).total_seconds()
+    history = f" ({sum(imported.values())} of them imported as history)" if imported else ""
+    return (
+        f"{sum(folders.values()) + sum(imported.values())} message(s){history} and {made} "
+        f"reply(ies) said since {source.name} was taken ({_ago(age)})"
+    )
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if unit == 'day' and count > 1 else ''} ago"
+    return "just now"
+
+
+def restore_refused(paths: Paths) -> str | None:
+    """Why no restore may start, whatever the database holds: on a read-only file system every
+    byte is intact and the restore could write none of its own (it crashed in Dagster's storage)."""
+    if health.on_read_only_file_system(paths.home):
+        return (
+            f"the file system holding {paths.home} is read-only: nothing is damaged, so there is nothing "
+            "to restore; remount it read-write (nothing was restored)"
+        )
+    return None
+
+
 def restore(settings: Settings, chosen: str | None) -> Restored:
     """Bring back the named backup (a path, or a name in the backups folder) or the newest that
     reads whole, unless a process is answering messages; set aside the outbox files of the replies
     it rolls back, and count what it rolled back from the file it replaced."""
     paths = settings.paths
     db_path = paths.db
-    if chosen is None:
-        source = backup.newest_good(db_path)
-    else:
-        source = Path(chosen).expanduser()
-        if not source.is_file():
-            source = backup.folder(db_path) / chosen
-        if not source.is_file():
-            raise backup.NoSuchBackup(f"no backup {chosen} (see {backup.folder(db_path)})")
+    source = _backup_named(db_path, chosen)
     if who := _answering(settings):
         raise backup.BackupError(
             f"{who} is answering messages in this home: try again after it ends (a processing run "

@@ -3,9 +3,11 @@
 DuckDB is the only store that cannot be rebuilt from another (LanceDB, the snapshots and the
 published files all derive from it), so the file is copied before a migration changes its schema
 and once a day, into `$CORTEX_HOME/backups/cortex-<UTC stamp>[-pre-v<N>].duckdb`, user-only, the
-newest `backup_keep` kept. A copy is taken by the process that holds the file (DuckDB's one-process
-lock), right after a CHECKPOINT folds the write-ahead log in, so its bytes are one consistent state;
-it is kept only if every row of it reads, so a damaged file never pushes a good backup out.
+newest `backup_keep` kept. A history import is copied once it is in (`-after-import`): nothing else
+holds its messages, and the day's backup was taken before it. A copy is taken by the process that
+holds the file (DuckDB's one-process lock), right after a CHECKPOINT folds the write-ahead log in,
+so its bytes are one consistent state; it is kept only if every row of it reads, so a damaged file
+never pushes a good backup out.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import duckdb
 from cortex_pipelines.config import ConfigError, Paths, Settings, load_settings
 from cortex_pipelines.storage import health
 
-_NAME = re.compile(r"^cortex-(\d{8}T\d{6}Z)(?:-pre-v\d+)?\.duckdb$")
+AFTER_IMPORT = "-after-import"
+_NAME = re.compile(rf"^cortex-(\d{{8}}T\d{{6}}Z)(?:-pre-v\d+|{AFTER_IMPORT})?\.duckdb$")
 _REPLY_FILE = re.compile(r"^(\d+)\.json$")
 ROLLED_BACK = ".rolled-back-"
 _STALE_TEMPORARY_S = 3600
@@ -55,7 +58,20 @@ def backups(db_path: Path) -> list[Path]:
         found = [p for p in folder(db_path).iterdir() if _NAME.match(p.name)]
     except FileNotFoundError:
         return []
-    return sorted(found, key=lambda p: p.name, reverse=True)
+    return sorted(found, key=_taken, reverse=True)
+
+
+def _taken(backup: Path) -> tuple[str, bool, str]:
+    """When a backup was taken: its stamp, then its kind, as a second may hold two (the day's
+    backup before an import and the one after it, whose name sorts first)."""
+    return _NAME.match(backup.name).group(1), backup.name.endswith(f"{AFTER_IMPORT}.duckdb"), backup.name
+
+
+def taken_at(backup: Path) -> datetime:
+    """When a backup was taken (UTC): its stamp, or for a copy of the user's own its file's time."""
+    if name := _NAME.match(backup.name):
+        return datetime.strptime(name.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    return datetime.fromtimestamp(backup.stat().st_mtime, UTC)
 
 
 def due(db_path: Path) -> bool:
@@ -99,6 +115,9 @@ def take(con, alias: str, db_path: Path, label: str = "") -> Path:
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+    if label == AFTER_IMPORT:
+        for earlier in _superseded(target):
+            earlier.unlink(missing_ok=True)
     keep = _keep(db_path)
     for old in backups(db_path)[keep:]:
         old.unlink(missing_ok=True)
@@ -106,6 +125,17 @@ def take(con, alias: str, db_path: Path, label: str = "") -> Path:
         if time.time() - leftover.stat().st_mtime > _STALE_TEMPORARY_S:
             leftover.unlink(missing_ok=True)
     return target
+
+
+def _superseded(target: Path) -> list[Path]:
+    """The same day's earlier copies after an import: this one holds their rows too, and a day of
+    imports (a file per chat) would otherwise push every older day's backup out."""
+    day = _NAME.match(target.name).group(1)[:8]
+    return [
+        p
+        for p in target.parent.glob(f"cortex-{day}T*{AFTER_IMPORT}.duckdb")
+        if p != target and _NAME.match(p.name)
+    ]
 
 
 def _reads_whole(copy: Path, db_path: Path) -> None:

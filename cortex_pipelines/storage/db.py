@@ -389,14 +389,14 @@ class Database:
         finally:
             self._detach(host)
 
-    def back_up(self) -> Path:
+    def back_up(self, label: str = "") -> Path:
         """A backup now, as the daily one is taken."""
         self.migrate()
         host = self._attach()
         try:
             con = host.con.cursor()
             try:
-                return backup.take(con, self._alias, self.path)
+                return backup.take(con, self._alias, self.path, label)
             finally:
                 con.close()
         finally:

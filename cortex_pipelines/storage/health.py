@@ -2,8 +2,8 @@
 
 Storage libraries fail with their own exceptions (a DuckDB IOException, a lance RuntimeError, an
 OSError from a full disk), each dozens of lines deep. `as_store_damaged` turns the ones that mean
-"this store is damaged" (or unusable as it is: a full disk, a file this user may not write) into one
-StoreDamaged that names the store and the command that repairs it.
+"this store is damaged" (or unusable as it is: a full disk, a read-only file system, a file this user
+may not write) into one StoreDamaged that names the store and the command that repairs it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from cortex_pipelines.storage.rows import dict_rows
 RESTORE = "cortex doctor --restore"
 REPAIR_VECTORS = "cortex doctor --repair-vectors"
 FREE_SPACE = "free some space, then run the command again"
+REMOUNT = "remount it read-write, then run the command again"
 WAIT = "stop the process that holds it (`cortex dev`, `cortex serve`, a run), then run the command again"
 
 # DuckDB's words for a file it cannot trust, and how to say it in a line.
@@ -44,6 +45,10 @@ _QUOTED_FILE = re.compile(r'"([^"]+)"')
 _DISK_FULL = ("no space left on device", "os error 28", "database or disk is full")
 # SQLite may say only "disk I/O error" when its shared memory file cannot grow on a full disk
 _NEARLY_FULL_BYTES = 16 * 1024 * 1024
+# EROFS in the words of Python and DuckDB, lance (Rust)
+_READ_ONLY = ("read-only file system", "os error 30")
+# SQLite (Dagster's run storage) only says it cannot open or write its file
+_SQLITE_CANNOT_WRITE = ("unable to open database file", "attempt to write a readonly database")
 _RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
 
 
@@ -85,6 +90,36 @@ def _full_below(exc: BaseException, home: Path) -> bool:
         return shutil.disk_usage(home).free < _NEARLY_FULL_BYTES
     except OSError:
         return False
+
+
+def on_read_only_file_system(path: Path) -> bool:
+    """The file system holding `path` is mounted read-only (statvfs says so without writing)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _read_only(exc: BaseException, paths: Paths) -> StoreDamaged | None:
+    """A write refused because the file system is mounted read-only: every byte is intact, so the
+    repair is a remount (a restore cannot even write, and would replace an intact file)."""
+    text = str(exc).lower()
+    if not (
+        (isinstance(exc, OSError) and exc.errno == errno.EROFS)
+        or any(words in text for words in _READ_ONLY)
+        or (any(words in text for words in _SQLITE_CANNOT_WRITE) and on_read_only_file_system(paths.home))
+    ):
+        return None
+    named = exc.filename if isinstance(exc, OSError) and isinstance(exc.filename, str) else None
+    if named is None and (quoted := _QUOTED_FILE.search(str(exc))):
+        named = quoted.group(1)
+    # the home, unless only a folder mounted inside it (or a file outside it) is read-only
+    where = paths.home if named is None or on_read_only_file_system(paths.home) else Path(named)
+    return read_only(where)
+
+
+def read_only(path: Path) -> StoreDamaged:
+    return StoreDamaged("the file system holding", path, "is read-only (nothing is damaged)", REMOUNT)
 
 
 def is_lance_damage(exc: BaseException) -> bool:
@@ -131,6 +166,8 @@ def as_store_damaged(exc: BaseException, paths: Paths) -> StoreDamaged | None:
     for cause in _chain(exc):
         if isinstance(cause, StoreDamaged):
             return cause
+        if read_only_fs := _read_only(cause, paths):
+            return read_only_fs
         if is_disk_full(cause) or _full_below(cause, paths.home):
             return StoreDamaged("the disk holding", paths.home, "is full (nothing was lost)", FREE_SPACE)
         if denied := _denied(cause, paths):
@@ -211,15 +248,24 @@ def held(con) -> tuple[set[tuple[str, str]], dict[int, datetime]]:
 
 def said_after(
     con, messages: set[tuple[str, str]], replies: dict[int, datetime]
-) -> tuple[dict[str, int], int]:
+) -> tuple[dict[str, int], dict[str, int], int]:
     """What a file holds that a backup (`held`) does not: messages by the inbox folder they came
-    from ('' for the gateway, imports and schedules: no inbox file holds them), and replies."""
+    from ('' for the gateway, plain imports and schedules: no inbox file holds them), history
+    imported with `cortex ingest --history` by the file's name (stored completed, never attempted),
+    and replies."""
     folders: dict[str, int] = {}
-    for channel, external_id, folder in con.execute(
+    imported: dict[str, int] = {}
+    for channel, external_id, folder, history_file in con.execute(
         "SELECT channel, external_id, "
-        "CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END FROM bus"
+        "CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END, "
+        "CASE WHEN source LIKE 'import:%' AND state = 'completed' AND attempts = 0 "
+        "THEN substr(source, 8) END FROM bus"
     ).fetchall():
-        if (channel, external_id) not in messages:
+        if (channel, external_id) in messages:
+            continue
+        if history_file is not None:
+            imported[history_file] = imported.get(history_file, 0) + 1
+        else:
             folders[folder] = folders.get(folder, 0) + 1
     made = con.execute("SELECT id, created_at FROM outbox").fetchall()
-    return folders, sum(1 for reply_id, at in made if replies.get(reply_id) != at)
+    return folders, imported, sum(1 for reply_id, at in made if replies.get(reply_id) != at)

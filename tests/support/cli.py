@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,16 @@ def cli_argv(*args: str) -> list[str]:
 
 
 def cortex(
-    *args: str, home: Path, check: bool = True, env: dict[str, str] | None = None
+    *args: str,
+    home: Path,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    wrap: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run `cortex ARGS` with CORTEX_HOME=home; with check, a non-zero exit fails the test."""
+    """Run `cortex ARGS` with CORTEX_HOME=home; with check, a non-zero exit fails the test. `wrap`
+    is a command line it runs under (tests.support.stores.read_only_mount's)."""
     proc = subprocess.run(
-        cli_argv(*args),
+        [*wrap, *cli_argv(*args)],
         env=cli_env(home, env),
         capture_output=True,
         text=True,

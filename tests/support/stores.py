@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,3 +48,23 @@ def held_by_another_process(db_path: Path) -> Iterator[None]:
         yield
     finally:
         holder.communicate("", timeout=30)
+
+
+def read_only_mount(folder: Path) -> list[str] | None:
+    """A command line that runs its command with `folder` bind-mounted read-only over itself, in a
+    mount namespace of its own: writes there fail with EROFS as on a file system remounted
+    read-only, and nothing outside the command sees it or needs unmounting. Root uses a mount
+    namespace, another user a user namespace too; None where neither is allowed here."""
+    namespace = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace[1:1] = ["--user", "--map-root-user"]
+    script = 'mount --rbind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    wrap = [*namespace, "--", "sh", "-c", script, str(folder)]
+    try:
+        probe = subprocess.run([*wrap, "sh", "-c", 'touch "$0/.probe"', str(folder)], capture_output=True)
+    except FileNotFoundError:  # no unshare
+        return None
+    if probe.returncode == 0 or b"Read-only file system" not in probe.stderr:
+        (folder / ".probe").unlink(missing_ok=True)
+        return None
+    return wrap
