@@ -678,10 +678,8 @@ def _after(text: str, delay: re.Match, now_local: datetime) -> ReminderRequest:
     at = asked + timedelta(days=days)  # the same wall-clock time, whatever clock change comes between
     if seconds:  # elapsed time: "in 2 hours" across a clock change is still two hours
         at = (at.astimezone(UTC) + timedelta(seconds=seconds)).astimezone(asked.tzinfo)
-    # Schedules fire by the minute: the next whole one, never early ("in 2 minutes" asked at
-    # 09:44:56 had fired at 09:46, 64 s later).
-    on_the_minute = at.replace(second=0, microsecond=0)
-    at = on_the_minute if on_the_minute == at else on_the_minute + timedelta(minutes=1)
+    # To the second, never early: cut to its minute, "in 2 minutes" asked at 09:44:56 had fired at
+    # 09:46, 64 s later; rounded up to the next, "in 1 minute" took up to two (QA, helper-37).
     return ReminderRequest(task, at=at)
 
 

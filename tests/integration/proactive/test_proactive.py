@@ -173,10 +173,14 @@ def test_admin_tools_are_not_offered_to_connector_channels(settings, db):
         ("remind me every Monday at 9 to send my timesheet", "0 9 * * 1", None),
         ("Remind me to send my timesheet every Monday at 9am", "0 9 * * 1", None),
         ("every weekday at 7:30 give me a morning briefing", "30 7 * * 1-5", None),
-        ("remind me in 2 minutes to stretch", None, "2026-11-22T10:18+01:00"),  # never early
-        ("in an hour remind me to call Anna", None, "2026-11-22T11:16+01:00"),
-        ("remind me tomorrow at 8am to call mum", None, "2026-11-23T08:00+01:00"),
-        ("remind me at 9 to water the plants", None, "2026-11-22T21:00+01:00"),  # the next 9 o'clock
+        (
+            "remind me in 2 minutes to stretch",
+            None,
+            "2026-11-22T10:17:30+01:00",
+        ),  # to the second, never early
+        ("in an hour remind me to call Anna", None, "2026-11-22T11:15:30+01:00"),
+        ("remind me tomorrow at 8am to call mum", None, "2026-11-23T08:00:00+01:00"),
+        ("remind me at 9 to water the plants", None, "2026-11-22T21:00:00+01:00"),  # the next 9 o'clock
         ("I go to the gym every day at 7", None, None),  # a fact, not a request
         ("what time is it?", None, None),
     ],
@@ -187,7 +191,7 @@ def test_offline_english_reminders(text, cron, at):
         assert wish is None
         return
     assert wish is not None and wish.cron == cron
-    assert (wish.at.isoformat(timespec="minutes") if wish.at else None) == at
+    assert (wish.at.isoformat(timespec="seconds") if wish.at else None) == at
     assert wish.task and "remind" not in wish.task.lower() and not wish.task.endswith(("to", "at"))
 
 

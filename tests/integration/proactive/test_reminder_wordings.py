@@ -289,6 +289,15 @@ def test_all_reminders_are_cancelled_at_once_and_a_stranger_is_told_they_are_the
 
 
 @pytest.mark.timeout(600)
+def test_in_one_minute_fires_a_minute_later_not_at_the_next_whole_minute_after_it(tmp_path):
+    """Rounded up to a whole minute, "in 1 minute" asked at 12:00:40 was due 12:02 (QA, helper-37)."""
+    home = tmp_path / "home"
+    _answer(home, ["remind me in 1 minute to stretch"], sent="2026-03-28T12:00:40+00:00")
+    assert "stretch" not in cortex("--now", "2026-03-28T12:01:39Z", "run", home=home).stdout
+    assert "Reminder: stretch" in cortex("--now", "2026-03-28T12:01:41Z", "run", home=home).stdout
+
+
+@pytest.mark.timeout(600)
 def test_asking_which_reminders_there_are_lists_them(tmp_path):
     home = tmp_path / "home"
     _answer(home, ["remind me tomorrow at 8 to call Anna", "remind me every Monday at 7 to go to the gym"])
@@ -354,7 +363,7 @@ def test_a_reminder_is_cancelled_by_what_it_is_about(tmp_path):
         ("remind me on March 28 at 5 to call Anna", SAT_NOON, "call Anna", "2026-03-28T17:00+00:00"),
         ("remind me in 2 and a half hours to stretch", SAT_NOON, "stretch", "2026-03-28T14:30+00:00"),
         ("remind me in half an hour to stretch", SAT_NOON, "stretch", "2026-03-28T12:30+00:00"),
-        ("remind me in 90 seconds to stretch", SAT_NOON, "stretch", "2026-03-28T12:02+00:00"),  # never early
+        ("remind me in 90 seconds to stretch", SAT_NOON, "stretch", "2026-03-28T12:01+00:00"),  # 12:01:30
         # Whole days on the wall clock (across the change), the hours elapsed after them.
         ("remind me in 1 day and 2 hours to stretch", SAT_NOON, "stretch", "2026-03-29T14:00+01:00"),
     ],
