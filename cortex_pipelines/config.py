@@ -98,6 +98,14 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
 }
 
 
+class _ConfigToml(TomlConfigSettingsSource):
+    """config.toml as Windows editors save it too: a UTF-8 byte-order mark had read as "Invalid
+    statement (at line 1, column 1)"."""
+
+    def _read_file(self, file_path) -> dict:
+        return tomllib.loads(file_path.read_text(encoding="utf-8-sig"))
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message is one line naming the key."""
 
@@ -294,7 +302,7 @@ class Settings(BaseSettings):
         return (
             init_settings,
             env_settings,
-            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+            _ConfigToml(settings_cls, toml_file=toml_file),
         )
 
     @field_validator("memory_tools", mode="before")

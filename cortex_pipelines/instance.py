@@ -75,7 +75,7 @@ def add_owners(settings: Settings, owners: dict[str, list[str]]) -> list[str]:
     setting appended below it; a table written by an older version is extended in place."""
     check_owner_channels(settings, owners)
     path = settings.paths.config_file
-    config = tomlkit.parse(path.read_text(encoding="utf-8")) if path.is_file() else tomlkit.document()
+    config = tomlkit.parse(path.read_text(encoding="utf-8-sig")) if path.is_file() else tomlkit.document()
     if "owners" not in config:
         config["owners"] = tomlkit.inline_table()  # tomlkit puts it above the first table
     table = config["owners"]

@@ -115,6 +115,18 @@ def test_a_setting_appended_after_init_owner_is_a_top_level_setting(tmp_path):
     assert s.timezone == "America/New_York" and s.owner_ids("webchat") == {"ana"}
 
 
+def test_a_config_saved_with_a_byte_order_mark_is_read_and_extended(tmp_path):
+    """Saved as "UTF-8 with BOM" (Notepad), config.toml had failed every command with "not valid TOML:
+    Invalid statement (at line 1, column 1)" (QA, helper-38)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('\ufefftimezone = "America/New_York"\n', encoding="utf-8")
+    cortex("init", "--owner", "webchat:ana", home=home)
+    cortex("status", home=home)
+    s = load_settings(home)
+    assert s.timezone == "America/New_York" and s.owner_ids("webchat") == {"ana"}
+
+
 def test_a_setting_inside_an_older_owners_table_is_named_in_one_line(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
