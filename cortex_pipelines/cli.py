@@ -28,7 +28,7 @@ from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, load_settings, parse_owners
 from cortex_pipelines.files import private_umask, write_atomic
 from cortex_pipelines.ingest.envelope import EnvelopeError, validate
-from cortex_pipelines.ingest.inbox import IngestReport, ingest_inbox, ingest_path, printable
+from cortex_pipelines.ingest.inbox import IngestReport, ingest_path, ingest_settled, printable
 from cortex_pipelines.instance import (
     DevRunning,
     add_owners,
@@ -279,7 +279,7 @@ def run(
     if fired:
         late = sum(f.late for f in fired)
         out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
-    _report(ingest_inbox(settings, db))
+    _report(ingest_settled(settings, db))  # what became of each file, not a deferral the job undoes
 
     from dagster import DagsterInstance
 

@@ -153,12 +153,14 @@ QUESTION = re.compile(rf"\?\s*$|{_IN_WORDS}", re.I | re.S)
 
 # A request to forget restates what it asks to drop ("Please forget that my sister lives in Vienna"):
 # like a question, it is never an answer nor a fact. Not "Don't forget …", which asks to remember.
-FORGET_REQUEST = re.compile(
+# DuckDB matches the same pattern (storage/session.FORGET_REQUESTS): so no lookahead, which its RE2
+# lacks, and ASCII classes here, as RE2's are.
+FORGET_REQUEST_PATTERN = (
     r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
-    r"(?:(?:forget|unlearn)(?= (?:that|about|what|everything|all|my|our|the|this)\b)"
-    r"|stop remembering|don['’]?t remember|do not remember)\b",
-    re.I,
+    r"(?:(?:forget|unlearn) (?:that|about|what|everything|all|my|our|the|this)"
+    r"|stop remembering|don['’]?t remember|do not remember)\b"
 )
+FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 
 
 def asks_to_forget(text: str) -> bool:

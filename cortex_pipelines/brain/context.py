@@ -275,7 +275,11 @@ def assemble(
     turns = [
         t
         for t in conversation_history(
-            con, conversation, settings.foreground_max_messages, before_id=inbound_session_id + 1
+            con,
+            conversation,
+            settings.foreground_max_messages,
+            before_id=inbound_session_id + 1,
+            answering=inbound_session_id,
         )
         if t.content != SILENCE
     ]

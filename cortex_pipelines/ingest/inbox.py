@@ -61,7 +61,12 @@ class UnparsableFile(Unsettled):
 
 
 class Deferred(Exception):
-    """Not this pass; str() says why, for the report."""
+    """Not this pass; str() says why, for the report. `settles_at`: for a fresh file that does not
+    parse, when (time.time()) it stops being taken for one still being written."""
+
+    def __init__(self, why: str, settles_at: float | None = None):
+        super().__init__(why)
+        self.settles_at = settles_at
 
 
 @dataclass
@@ -71,6 +76,7 @@ class FileOutcome:
     duplicates: int = 0
     error: str | None = None  # why it was rejected, or with `deferred`, why it waits
     deferred: bool = False
+    settles_at: float | None = None  # deferred as still being written until then (Deferred)
 
 
 @dataclass
@@ -304,8 +310,9 @@ def _read_entry(path: Path, folder: str, settings: Settings) -> tuple[list[dict]
     try:
         return _read_version(path, settings, folder_channel=folder, single_link=True)
     except Unsettled as exc:
-        if _fresh(os.lstat(path), _SETTLE_S):
-            raise Deferred(f"still being written ({exc})") from None
+        info = os.lstat(path)
+        if _fresh(info, _SETTLE_S):
+            raise Deferred(f"still being written ({exc})", info.st_mtime + _SETTLE_S) from None
         raise
 
 
@@ -357,10 +364,13 @@ def _reject_or_defer(outcome: FileOutcome, reason: str, settings: Settings, fold
         return True
 
 
-def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
-    """One pass over the inbox: validate every file, insert all good rows in one transaction
-    (idempotently, in file order), then archive the good files and reject the bad ones."""
+def ingest_inbox(settings: Settings, db: Database, only: frozenset[Path] | None = None) -> IngestReport:
+    """One pass over the inbox (or over the entries `only` names): validate every file, insert all
+    good rows in one transaction (idempotently, in file order), then archive the good files and
+    reject the bad ones."""
     entries, unlisted = _candidates(settings.paths.inbox)
+    if only is not None:
+        entries, unlisted = [e for e in entries if e[0] in only], []
     report = IngestReport(unlisted)
     accepted: list[tuple[FileOutcome, str, str, int, _Version]] = []  # outcome, folder, source, rows, version
     rows: list[dict] = []
@@ -371,7 +381,7 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
         except FileNotFoundError:
             continue  # gone: taken by another ingester, or renamed by its writer
         except Deferred as exc:
-            outcome.deferred, outcome.error = True, str(exc)
+            outcome.deferred, outcome.error, outcome.settles_at = True, str(exc), exc.settles_at
         except EnvelopeError as exc:
             if not _reject_or_defer(outcome, str(exc), settings, folder):
                 continue
@@ -399,6 +409,21 @@ def ingest_inbox(settings: Settings, db: Database) -> IngestReport:
             outcome.deferred = True
             outcome.error = f"ingested, but not moved to .ingested yet ({exc.strerror or exc})"
     return report
+
+
+def ingest_settled(settings: Settings, db: Database) -> IngestReport:
+    """ingest_inbox for a one-off caller (`cortex run`), which reports what became of each file: a
+    fresh file that does not parse is read again once it has settled (within _SETTLE_S). Reported
+    as deferred, it was rejected unreported by the pass of the run that followed seconds later."""
+    first = ingest_inbox(settings, db)
+    now = time.time()
+    # Not one dated ahead (a skewed clock): it would still be fresh when looked at again.
+    unsettled = [f for f in first.files if f.settles_at is not None and f.settles_at - now <= _SETTLE_S]
+    if not unsettled:
+        return first
+    time.sleep(max(max(f.settles_at for f in unsettled) - now, 0.0) + 0.05)
+    again = ingest_inbox(settings, db, frozenset(f.path for f in unsettled))
+    return IngestReport([f for f in first.files if f not in unsettled] + again.files)
 
 
 def ingest_path(path: Path, settings: Settings, db: Database, history: bool = False) -> IngestReport:

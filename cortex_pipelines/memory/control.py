@@ -29,7 +29,7 @@ from cortex_pipelines.publish import boot, bulletin, narrative
 from cortex_pipelines.storage import Database, facts, session, utcnow
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
-from cortex_pipelines.text import never_an_answer
+from cortex_pipelines.text import collapse_spaces, never_an_answer
 
 log = logging.getLogger(__name__)
 
@@ -443,25 +443,38 @@ def pin_line(pin: dict) -> str:
 class Pinned:
     pins: list[dict]
     dropped: list[dict]  # the oldest pins, gone to make room
+    already: int | None = None  # the position of the same text, pinned before: nothing changed
 
     def line(self) -> str:
+        if self.already is not None:
+            return f"already pinned at position {self.already} ({len(self.pins)}/{PIN_LIMIT})"
         gone = "".join(f"; the oldest dropped out: {p['text']}" for p in self.dropped)
         return f"pinned ({len(self.pins)}/{PIN_LIMIT}){gone}"
 
 
+def _same_pin(text: str) -> str:
+    return collapse_spaces(text).casefold()
+
+
 def pin(db: Database, settings: Settings, text: str, label: str | None = None) -> Pinned:
-    """Pin an item to working memory, always in context; past 10 the oldest drops out (seed 002)."""
+    """Pin an item to working memory, always in context; past 10 the oldest drops out (seed 002).
+    A text already pinned (case and spacing aside) is not pinned twice: a copy took a slot and
+    pushed out a real pin."""
     text, label = _text(text), _label(label)
 
     def add(con) -> Pinned:
         before = session.pins(con)
+        same = [n for n, p in enumerate(before, 1) if _same_pin(p["text"]) == _same_pin(text)]
+        if same:
+            return Pinned(_pin_rows(before), [], same[0])
         after = session.add_pin(con, text, label)
         kept = {p["id"] for p in after}
         dropped = [{"label": p["label"], "text": p["text"]} for p in before if p["id"] not in kept]
         return Pinned(_pin_rows(after), dropped)
 
     pinned = db.run(add)
-    _publish_pins(db, settings)
+    if pinned.already is None:
+        _publish_pins(db, settings)
     return pinned
 
 

@@ -10,6 +10,7 @@ from cortex_pipelines.storage import conversations
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
+from cortex_pipelines.text import FORGET_REQUEST_PATTERN
 from cortex_pipelines.turn import Turn
 
 _TURN_COLUMNS = "id, role, channel, sender, content, ts"
@@ -117,9 +118,19 @@ FORGOTTEN_TURNS = (
     "FROM facts WHERE status = 'forgotten' "
     "UNION ALL SELECT unnest(list_prepend(session_id, quoted_in)) FROM forgotten_turns"
 )
+# Nor the exchange of a request to forget ("Please forget that my therapist is Dr. Ramos"): it
+# restates what it asks to drop, and the reply to it may too, so it is left out from the moment it
+# is said, or forgetting the fact left it in every published file and later prompt. Recall never
+# offers it either (text.never_an_answer); the pattern is text.FORGET_REQUEST's.
+_FORGET_REQUEST_SQL = FORGET_REQUEST_PATTERN.replace("'", "''")  # as a SQL string literal
+FORGET_REQUESTS = (
+    "SELECT bus_id FROM session WHERE role = 'user' AND bus_id IS NOT NULL "
+    f"AND regexp_matches(content, '{_FORGET_REQUEST_SQL}', 'i')"
+)
 NOT_FORGOTTEN = (
     f"id NOT IN ({FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
-    f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({FORGOTTEN_TURNS})))"
+    f"(SELECT bus_id FROM session WHERE bus_id IS NOT NULL AND id IN ({FORGOTTEN_TURNS}) "
+    f"UNION ALL {FORGET_REQUESTS}))"
 )
 
 
@@ -136,16 +147,19 @@ def exchanges_of(con, turn_ids: list[int], bus_ids: list[int]) -> list[dict]:
     )
 
 
-def conversation_history(con, conversation: str, limit: int, before_id: int | None = None) -> list[Turn]:
+def conversation_history(
+    con, conversation: str, limit: int, before_id: int | None = None, answering: int | None = None
+) -> list[Turn]:
     """The newest `limit` turns of one conversation, oldest first, as the model reads them: without
-    the exchanges of a fact the user asked to forget (NOT_FORGOTTEN)."""
+    the exchanges of a fact the user asked to forget (NOT_FORGOTTEN). The turn being answered
+    (`answering`) is read all the same: a request to forget is answered from its own words."""
     rows = con.execute(
         f"""
         SELECT {_TURN_COLUMNS} FROM session
-        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND {NOT_FORGOTTEN}
+        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND ({NOT_FORGOTTEN} OR id = ?)
         ORDER BY ts DESC, id DESC LIMIT ?
         """,
-        [conversation, before_id, before_id, limit],
+        [conversation, before_id, before_id, answering, limit],
     ).fetchall()
     return [Turn(*r) for r in reversed(rows)]
 

@@ -197,3 +197,39 @@ def test_what_a_question_states_before_its_comma_can_become_a_fact(text, fact):
 )
 def test_a_copy_quotes_a_long_text_by_its_first_words(text, quoted):
     assert first_words(text) == quoted
+
+
+FORGET_WORDINGS = {  # the text, and whether it asks to forget
+    "Please forget that my therapist is Dr. Ramos": True,
+    "  ...Can you forget my address?": True,
+    "don’t remember that I smoke": True,
+    "DO NOT REMEMBER this": True,
+    "pls unlearn everything": True,
+    "stop remembering my birthday": True,
+    "¡Por favor! Please forget about it": False,
+    "¡Please forget about it": True,
+    "Don't forget my keys": False,
+    "forget thatcher": False,
+    "I forget that often": False,
+    "forgetting that": False,
+    "forget\tthat x": False,
+}
+
+
+def test_duckdb_takes_for_a_request_to_forget_what_python_does():
+    """Recall and extraction tell a request to forget in Python (text.asks_to_forget), the queries
+    that keep it out of prompts and published files in DuckDB's RE2 (session.FORGET_REQUESTS): one
+    pattern, read alike by both, or a request was published that recall left out."""
+    import duckdb
+
+    from cortex_pipelines.storage.session import FORGET_REQUESTS
+    from cortex_pipelines.text import asks_to_forget
+
+    texts = list(FORGET_WORDINGS)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE session (bus_id BIGINT, role VARCHAR, content VARCHAR)")
+    con.executemany("INSERT INTO session VALUES (?, 'user', ?)", [[n, t] for n, t in enumerate(texts)])
+    found = {texts[r[0]] for r in con.execute(FORGET_REQUESTS).fetchall()}
+    assert (
+        found == {t for t in texts if asks_to_forget(t)} == {t for t, asks in FORGET_WORDINGS.items() if asks}
+    )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
+import pytest
+
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.storage import bus
+from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
 
 
@@ -128,3 +132,23 @@ def test_oversize_text_is_rejected(settings, db):
     drop(settings, "webchat", "big.json", msg("webchat", "x" * (64 * 1024 + 1), "big"))
     report = ingest_inbox(settings, db)
     assert "over the 65536-byte limit" in report.rejected[0].error
+
+
+@pytest.mark.slow
+def test_cortex_run_says_a_fresh_bad_jsonl_was_rejected_when_its_run_rejects_it(tmp_path):
+    """`cortex run` reported a just-written .jsonl with a bad line as deferred ("still being
+    written", "1 deferred"), and its job's ingest rejected it seconds later unreported. The run
+    looks again once the file has settled and says what became of it."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True, exist_ok=True)
+    good = json.dumps({"channel": "webchat", "text": "ok", "sender": "user"})
+    (folder / "mixed.jsonl").write_text(f"{good}\nnot json\n")
+    ran = cortex("run", home=home)
+    assert "ingested 0 message(s), 0 duplicate(s), 1 rejected file(s)\n" in ran.stdout, ran.stdout
+    assert "deferred" not in ran.stdout + ran.stderr, (ran.stdout, ran.stderr)
+    assert "rejected " in ran.stderr and "mixed.jsonl: line 2: invalid JSON" in ran.stderr, ran.stderr
+    assert not (folder / "mixed.jsonl").exists()
+    assert (home / "inbox" / ".rejected" / "webchat" / "mixed.jsonl.error").is_file()
+    assert "1 file(s) rejected" in cortex("status", home=home).stdout

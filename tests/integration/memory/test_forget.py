@@ -301,3 +301,66 @@ def test_a_message_that_produced_no_fact_can_be_forgotten_and_remembered_again(t
     hits = _json(cortex("--now", "+5h", "recall", "bike shed gate code", "--json", home=home))
     assert any("7718-KW" in h["text"] for h in hits), hits
     assert cortex("unforget", "--turn", str(turn), home=home, check=False).returncode == 2
+
+
+THERAPIST = "My therapist is Dr. Ramos, sessions every Thursday."
+FORGET_THERAPIST = "Please forget that my therapist is Dr. Ramos"
+FORGOTTEN_REPLY = "Done: I won't bring up that your therapist is Dr. Ramos again."
+
+
+def _last_message(body: dict) -> str:
+    return json.dumps(body["messages"][-1]) if body.get("messages") else ""
+
+
+@pytest.mark.slow
+def test_a_request_to_forget_leaves_with_what_it_named_and_is_never_published(tmp_path):
+    """A request to forget restates what it asks to drop, and the model's reply to it may quote it.
+    After `cortex forget --turn N`, recall found nothing, yet narrative.md and BOOTSTRAP.md, which
+    other agents read, still said "Please forget that my therapist is Dr. Ramos". Such a request
+    and its reply are never published nor read back to the model, though the model reads the
+    request it is answering; unforget brings back the message, not the request."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("send", "webchat", THERAPIST, home=home)
+    cortex("send", "webchat", "I prefer window seats on long flights.", home=home)
+    cortex("run", home=home)
+
+    def answer(body: dict):  # the brain, asked to forget, quotes it; every other call: "Noted."
+        asked = body.get("tools") and FORGET_THERAPIST in _last_message(body)
+        return reply_text(FORGOTTEN_REPLY if asked else "Noted.")
+
+    with MessagesServer(responder=answer) as server:
+        cortex("send", "webchat", FORGET_THERAPIST, home=home)
+        cortex("run", home=home, env=server.cortex_env())
+        assert [r for r in server.requests if r.get("tools") and FORGET_THERAPIST in _last_message(r)]
+    assert _json(cortex("outbox", "webchat", "--json", home=home))[-1]["text"] == FORGOTTEN_REPLY
+    out = home / "out"
+    for path in out.glob("*.md"):  # never published, before any forget
+        text = path.read_text()
+        assert FORGET_THERAPIST not in text and FORGOTTEN_REPLY not in text, (path.name, text)
+
+    (hit,) = [h for h in _json(cortex("recall", "therapist", "--json", home=home)) if "Ramos" in h["text"]]
+    assert hit["text"] == THERAPIST and "fact_id" not in hit, hit  # the premise: a message, no fact
+    cortex("forget", "--turn", str(hit["sources"][0]), home=home)
+    for path in out.glob("*.md"):
+        assert "Ramos" not in path.read_text(), path.name
+    hits = _json(cortex("recall", "who is my therapist", "-k", "10", "--json", home=home))
+    assert not [h for h in hits if "Ramos" in h["text"]], hits
+
+    with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
+        cortex("send", "webchat", "Which seat do I like?", home=home)
+        cortex("run", home=home, env=server.cortex_env())
+        (asked,) = [r for r in server.requests if r.get("tools") and "Which seat" in _last_message(r)]
+    said = json.dumps(asked)
+    assert "Ramos" not in said, asked["messages"]
+    assert "window seats" in said  # the rest of the conversation stays
+    cortex("--now", "+5h", "run", home=home)  # idle: compaction writes the hot snapshot
+    assert "window seats" in (out / "hot-snapshot.md").read_text()
+    for path in out.glob("*.md"):
+        assert "Ramos" not in path.read_text(), path.name
+
+    cortex("--now", "+5h", "unforget", "--turn", str(hit["sources"][0]), home=home)
+    assert THERAPIST in (out / "narrative.md").read_text()
+    for path in out.glob("*.md"):
+        text = path.read_text()
+        assert FORGET_THERAPIST not in text and FORGOTTEN_REPLY not in text, (path.name, text)

@@ -282,6 +282,22 @@ def test_pins_cap_at_ten_dropping_the_oldest_and_clear_empties_them(door, settin
     assert missing.ok is not True and "no pin at position 1" in missing.text
 
 
+@pytest.mark.parametrize("door", DOORS)
+def test_pinning_a_pinned_text_again_keeps_one_pin_and_drops_none(door, settings, db):
+    """The same text pinned again (case and spacing aside) took a second slot and, at ten pins,
+    pushed out the oldest real one; now it is "already pinned" and nothing changes."""
+    for n in range(1, 10):
+        control.pin(db, settings, f"pinned item {n}")
+    control.pin(db, settings, "the tenth item", "task")
+    again = "The  tenth ITEM "
+    answer = through(door, settings, db, Request(("pin", again), f"/pin {again}", "pin_add", {"text": again}))
+    assert answer.ok is not False, answer.text
+    assert "already pinned at position 10 (10/10)" in answer.text or '"already": 10' in answer.text, answer
+    assert "dropped out" not in answer.text
+    shown = [(p["label"], p["text"]) for p in control.pins(db)]
+    assert shown == [(None, f"pinned item {n}") for n in range(1, 10)] + [("task", "the tenth item")]
+
+
 # -- duplicates ------------------------------------------------------------------------------------
 
 
