@@ -521,8 +521,8 @@ def outbox_cmd(
     channel, only that channel's (`--requeue-dead` included)."""
     if dead and requeue_dead:
         _fail("--dead lists dead-lettered replies and --requeue-dead puts them back: choose one")
-    if channel is not None and channel not in _settings().known_channels():
-        _fail(f"unknown channel {channel!r}")
+    if channel is not None and channel not in (known := _settings()).known_channels():
+        _fail(f"unknown channel {channel!r}{known.channel_hint(channel)}")
     settings = _existing()
     db = Database(settings.paths.db)
     if requeue_dead:

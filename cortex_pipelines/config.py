@@ -437,6 +437,11 @@ class Settings(BaseSettings):
     def known_channels(self) -> frozenset[str]:
         return BUILTIN_CHANNELS | set(self.channel_modes) | set(self.channels)
 
+    def channel_hint(self, name: str) -> str:
+        """" (did you mean 'webchat'?)" for a channel name a typo away from a known one, else ""."""
+        near = difflib.get_close_matches(name, sorted(self.known_channels() - {ADMIN_CHANNEL}), n=1)
+        return f" (did you mean {near[0]!r}?)" if near else ""
+
     def sender_allowed(self, channel: str, sender: str | None) -> bool:
         allowed = self.sender_allowlist.get(channel)
         return allowed is None or (sender is not None and sender in allowed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import fcntl
 import os
 import time
@@ -60,11 +59,10 @@ def check_owner_channels(settings: Settings, owners: dict[str, list[str]]) -> No
                 "where everything said is theirs"
             )
         if channel != ANY_CHANNEL and channel not in known:
-            near = difflib.get_close_matches(channel, sorted(known), n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(
-                f"unknown channel {channel!r}{hint}; known: {', '.join(sorted(known))}, or '*' for "
-                "every channel (add it to CORTEX_CHANNELS or CORTEX_CHANNEL_MODES)"
+                f"unknown channel {channel!r}{settings.channel_hint(channel)}; known: "
+                f"{', '.join(sorted(known))}, or '*' for every channel (add it to CORTEX_CHANNELS or "
+                "CORTEX_CHANNEL_MODES)"
             )
 
 

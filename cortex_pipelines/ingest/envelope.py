@@ -176,7 +176,8 @@ def validate(
         )
     if env.channel not in settings.known_channels():
         raise EnvelopeError(
-            f"unknown channel {env.channel!r} (add it to CORTEX_CHANNELS or CORTEX_CHANNEL_MODES)"
+            f"unknown channel {env.channel!r}{settings.channel_hint(env.channel)}; add it to CORTEX_CHANNELS "
+            "or CORTEX_CHANNEL_MODES"
         )
     size = len(env.text.encode())
     if size > settings.max_text_bytes:

@@ -261,7 +261,14 @@ def test_a_command_that_only_reads_names_a_missing_home_instead_of_making_one(tm
 def test_outbox_of_an_unknown_channel_fails_with_one_line(tmp_path: Path) -> None:
     """It said "outbox is empty" and exited 0: a typo looked like no replies."""
     proc = cortex("outbox", "webchta", home=tmp_path / "home", check=False)
-    _assert_one_line_failure(proc, "unknown channel 'webchta'")
+    _assert_one_line_failure(proc, "unknown channel 'webchta' (did you mean 'webchat'?)")
+
+
+def test_send_to_a_mistyped_channel_names_the_one_meant(tmp_path: Path) -> None:
+    proc = cortex("send", "webcaht", "hi", home=tmp_path / "home", check=False)
+    _assert_one_line_failure(
+        proc, "unknown channel 'webcaht' (did you mean 'webchat'?); add it to CORTEX_CHANNELS"
+    )
 
 
 @pytest.mark.parametrize(
