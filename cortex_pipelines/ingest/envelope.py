@@ -21,6 +21,7 @@ from cortex_pipelines.config import (
     check_sender_id,
     is_firing,
 )
+from cortex_pipelines.storage.bus import CONTENT_ID_PREFIX
 
 Priority = Literal["urgent", "normal", "background"]
 PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
@@ -132,7 +133,7 @@ def content_id(env: Envelope) -> str:
         [env.channel, env.sender, env.text, env.timestamp, env.thread or env.topic],
         ensure_ascii=False,
     )
-    return "sha256:" + hashlib.sha256(basis.encode()).hexdigest()[:32]
+    return CONTENT_ID_PREFIX + hashlib.sha256(basis.encode()).hexdigest()[:32]
 
 
 def validate(

@@ -465,6 +465,11 @@ def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -
     (value,) = decode_values(data, jsonl=False)
     row = validate(value, settings, clock.now(), folder_channel=None)
     bus_id, duplicate = db.run(enqueue_one, row, source)
+    if bus_id is None:
+        raise EnvelopeError(
+            f"message {row['external_id']!r} on {row['channel']!r} was erased (`cortex erase`) and is "
+            "not taken in again"
+        )
     if not duplicate:
         ring_doorbell(db.path)
     return bus_id, duplicate

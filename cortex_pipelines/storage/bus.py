@@ -44,6 +44,10 @@ class BusMessage:
     attempts: int
 
 
+# The external id a message gets from its content when its sender gave none (`envelope.content_id`).
+CONTENT_ID_PREFIX = "sha256:"
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     inserted: list[int]
@@ -53,7 +57,8 @@ class EnqueueResult:
 
 def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> EnqueueResult:
     """Insert validated rows in one statement through Arrow, in order; existing (channel,
-    external_id) win. A row may name its own `source` (the file it came from)."""
+    external_id) win, and an erased message's id stays out (counted with the duplicates). A row may
+    name its own `source` (the file it came from)."""
     if not rows:
         return EnqueueResult([], 0)
     frame = pl.DataFrame(  # noqa: F841 - read by DuckDB's replacement scan
@@ -66,7 +71,11 @@ def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> 
                          reply_to, metadata, sent_at, enqueued_at, source, state)
         SELECT channel, external_id, sender, text, priority, priority_rank, thread, reply_to,
                metadata::JSON, sent_at, ?, source, ?
-        FROM frame ORDER BY ordinal
+        FROM frame
+        WHERE NOT EXISTS (
+            SELECT 1 FROM erased_ids e WHERE e.channel = frame.channel AND e.external_id = frame.external_id
+        )
+        ORDER BY ordinal
         ON CONFLICT (channel, external_id) DO NOTHING
         RETURNING id, source
         """,
@@ -86,16 +95,16 @@ def died_with(con, bus_id: int, error: str) -> None:
     con.execute("UPDATE bus SET error = ? WHERE id = ? AND state = 'processing'", [error, bus_id])
 
 
-def enqueue_one(con, row: dict, source: str) -> tuple[int, bool]:
+def enqueue_one(con, row: dict, source: str) -> tuple[int | None, bool]:
     """Insert one validated row; (its bus id, False), or (the id of the message already there with
-    its (channel, external_id), True)."""
+    its (channel, external_id), True), or (None, True) when a message of that id was erased."""
     result = enqueue_rows(con, [row], source)
     if result.inserted:
         return result.inserted[0], False
     found = con.execute(
         "SELECT id FROM bus WHERE channel = ? AND external_id = ?", [row["channel"], row["external_id"]]
     ).fetchone()
-    return found[0], True
+    return (found[0] if found else None), True
 
 
 def _to_message(row: tuple) -> BusMessage:

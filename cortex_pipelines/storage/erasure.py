@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cortex_pipelines.storage import updates
+from cortex_pipelines.storage.bus import CONTENT_ID_PREFIX
 from cortex_pipelines.storage.conversations import OF_BUS, OF_TURN
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
@@ -424,11 +425,23 @@ def delete(con, plan: Plan, selector: str) -> int:
         plan.counts[name] = int(con.execute(sql, used).fetchone()[0])
     if not plan.keeps_derived:
         plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
+    _keep_out(con, plan.external_ids)
     return con.execute(
         "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts) VALUES (?, ?, ?, ?, ?) "
         "RETURNING id",
         [utcnow(), selector, plan.bus_ids, plan.session_ids, json.dumps(plan.counts)],
     ).fetchone()[0]
+
+
+def _keep_out(con, external_ids: list[tuple[str, str]]) -> None:
+    """The erased messages' own ids, so the bus refuses them again (`bus.enqueue_rows`): importing
+    the same export had brought an erased PIN back. Content hashes (`sha256:`) are left out."""
+    given = [(channel, ext) for channel, ext in external_ids if not ext.startswith(CONTENT_ID_PREFIX)]
+    if given:
+        con.executemany(
+            "INSERT INTO erased_ids VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            [(channel, ext, utcnow()) for channel, ext in given],
+        )
 
 
 def unfinished(con) -> list[dict]:

@@ -385,6 +385,19 @@ V13 = [
     )""",
 ]
 
+V14 = [
+    # What an erasure removed stays out: the (channel, external id) of each erased message whose id
+    # its sender gave (an export's "wa-1", a Telegram message id), so that importing the same export
+    # again does not bring it back. Not the content hashes that stand in for missing ids: a short
+    # text is found again by hashing every candidate.
+    """CREATE TABLE erased_ids (
+        channel VARCHAR NOT NULL,
+        external_id VARCHAR NOT NULL,
+        erased_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (channel, external_id)
+    )""",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -399,4 +412,5 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (11, V11),
     (12, V12),
     (13, V13),
+    (14, V14),
 ]

@@ -18,12 +18,15 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from cortex_pipelines import clock
 from cortex_pipelines.admin import erase as eraser
 from cortex_pipelines.admin.chat import AdminChat
-from cortex_pipelines.ingest.envelope import validate
+from cortex_pipelines.config import load_settings
+from cortex_pipelines.ingest.envelope import EnvelopeError, validate
+from cortex_pipelines.ingest.inbox import ingest_message
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.memory.compaction import compact_idle_conversations
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.pipeline import index_episodes, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
+from cortex_pipelines.storage import Database
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.session import import_history
 from tests.support.cli import cortex
@@ -343,3 +346,41 @@ def test_erasing_a_message_of_a_short_word_and_a_long_link_takes_no_other_pin_or
         "Recycling goes out on Thursday",
     ]
     assert read_only(home, "SELECT text FROM bus") == [("I prefer window seats",)]
+
+
+def test_an_erased_message_stays_out_when_the_same_export_is_imported_again(tmp_path: Path) -> None:
+    """Re-importing a WhatsApp export had brought an erased PIN back, without a word (QA, helper-38):
+    the erased message's own id stays out; no text or hash of it is kept."""
+    home, export = tmp_path / "home", tmp_path / "export.jsonl"
+    said = [("wa-1", f"My bank PIN is {PIN}, do not tell anyone."), ("wa-2", "Had pasta for lunch.")]
+    export.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "channel": "whatsapp",
+                    "sender": "user",
+                    "text": text,
+                    "external_id": ext,
+                    "timestamp": "2025-03-01T10:00:00Z",
+                }
+            )
+            + "\n"
+            for ext, text in said
+        )
+    )
+    cortex("init", home=home)
+    cortex("ingest", "--history", str(export), home=home)
+    cortex("run", home=home)
+    cortex("erase", "--matching", PIN, "--yes", home=home)
+    again = cortex("ingest", "--history", str(export), home=home).stdout
+    assert "ingested 0 message(s), 2 duplicate(s)" in again
+    cortex("run", home=home)
+    hits = json.loads(cortex("recall", "bank PIN", "-k", "3", "--json", home=home).stdout)
+    assert not any(PIN in hit["text"] for hit in hits)
+    assert files_holding(home, PIN) == []
+    # A connector posting it again is told why, in one line (the gateway answers 400 with it).
+    envelope = {"channel": "whatsapp", "sender": "user", "text": said[0][1], "external_id": "wa-1"}
+    with pytest.raises(EnvelopeError, match=r"^message 'wa-1' on 'whatsapp' was erased"):
+        ingest_message(
+            json.dumps(envelope).encode(), load_settings(home), Database(home / "cortex.duckdb"), "gateway"
+        )
