@@ -110,27 +110,55 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message is one line naming the key."""
 
 
-# Invisible characters that str.isprintable() lets through (Unicode's default-ignorable marks that
-# are not format characters): the combining grapheme joiner, Hangul fillers, variation selectors.
-_INVISIBLE = re.compile(
-    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
-)
+# Invisible characters that are not format (Cf) ones, refused anywhere in a sender id: the combining
+# grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian free variation selectors.
+_INVISIBLE = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\uffa0]")
+# Emoji need these: variation selectors (❤️), and a flag's tag characters after 🏴 up to CANCEL TAG.
+_VARIATION = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+_FLAG = re.compile("\U0001f3f4[\U000e0020-\U000e007e]+\U000e007f")
+_JOINERS = "\u200c\u200d"  # ZWNJ (Persian, Indic names), ZWJ (emoji sequences)
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def _varies(sender: str, i: int) -> bool:
+    r"""Whether the variation selector at sender[i] follows what it can vary (a symbol such as ❤, a
+    CJK ideograph, a keycap's digit): after "ana" it only hides, and "ana\ufe0f" shows as "ana"."""
+    base = sender[i - 1] if i else ""
+    return bool(base) and (
+        unicodedata.category(base)[0] in "SP"
+        or unicodedata.name(base, "").startswith("CJK ")
+        or (base in "0123456789" and sender[i + 1 : i + 2] == "\u20e3")
+    )
 
 
 def check_sender_id(sender: str) -> str:
     r"""A sender id as every entry path and the owners setting accept it, or ValueError with why: it
     decides who the owner is, so "ana ", "ana\u200b" or "ana\nfake" must not pass for, or display as,
-    "ana". Inner spaces are allowed; control, format, line-separator and invisible characters are not."""
+    "ana"; yet real names need NBSP, ZWNJ (Persian), ZWJ and variation selectors (emoji) inside."""
     if not sender.strip():
         raise ValueError("is blank")
     if sender != sender.strip():
         raise ValueError("has leading or trailing whitespace")
-    for char in sender:
-        if not char.isprintable() or _INVISIBLE.match(char):
-            name = unicodedata.name(char, "")
-            code = f"U+{ord(char):04X} {name}".strip()
-            raise ValueError(f"contains {code}, an invisible or control character")
+    flags = {i for m in _FLAG.finditer(sender) for i in range(m.start() + 1, m.end())}
+    for i, char in enumerate(sender):
+        if _VARIATION.match(char):
+            hides = not _varies(sender, i)
+        else:
+            refused = unicodedata.category(char) in _REFUSED_CATEGORIES or _INVISIBLE.match(char)
+            hides = bool(refused) and char not in _JOINERS and i not in flags
+        if hides:
+            raise ValueError(f"contains {_code(char)}, an invisible or control character")
+    for where, char in (("starts", sender[0]), ("ends", sender[-1])):
+        if char in _JOINERS:
+            raise ValueError(f"{where} with {_code(char)}, an invisible character")
+    for i, char in enumerate(sender):  # joining nothing: "an\u200da" shows as "ana"
+        if char in _JOINERS and sender[i - 1].isascii() and sender[i + 1].isascii():
+            raise ValueError(f"contains {_code(char)} between two plain letters, an invisible character")
     return sender
+
+
+def _code(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, '')}".strip()
 
 
 def check_owners(owners: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -438,7 +466,7 @@ class Settings(BaseSettings):
         return BUILTIN_CHANNELS | set(self.channel_modes) | set(self.channels)
 
     def channel_hint(self, name: str) -> str:
-        """" (did you mean 'webchat'?)" for a channel name a typo away from a known one, else ""."""
+        """ " (did you mean 'webchat'?)" for a channel name a typo away from a known one, else ""."""
         near = difflib.get_close_matches(name, sorted(self.known_channels() - {ADMIN_CHANNEL}), n=1)
         return f" (did you mean {near[0]!r}?)" if near else ""
 

@@ -91,3 +91,21 @@ def test_the_gateway_refuses_such_a_sender_with_400_and_one_line(tmp_path):
         body = {"channel": "webchat", "text": "hello", "sender": "Ana Lima", "external_id": "ok"}
         assert httpx.post(f"{base}/ingest", json=body, headers=AUTH).status_code == 202
         assert httpx.get(f"{base}/health").json()["bus"]["pending"] == 1
+
+
+def test_a_history_import_keeps_display_names_with_emoji_and_nbsp(tmp_path):
+    """Real names such as "Marta ❤️" (U+FE0F) and "Ana\u00a0Maria" (NBSP, as WhatsApp exports write
+    it): refusing them rejected the whole history file they came in."""
+    home = tmp_path / "home"
+    cortex("init", "--owner", "webchat:ana", home=home)
+    past = tmp_path / "past.jsonl"
+    rows = [
+        {"channel": "webchat", "text": "See you at nine", "sender": sender, "external_id": f"past-{n}"}
+        for n, sender in enumerate(["Marta ❤️", "Ana\u00a0Maria"])
+    ]
+    past.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+    imported = cortex("ingest", "--history", str(past), home=home, check=False)
+
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "ingested 2 message(s), 0 duplicate(s), 0 rejected file(s)" in imported.stdout

@@ -103,6 +103,26 @@ def test_a_printable_sender_id_is_accepted(sender):
 
 
 @pytest.mark.parametrize(
+    "sender",
+    [
+        "Marta ❤️",  # U+FE0F variation selector, last
+        "👩🏽‍💻 dev",  # ZWJ sequence
+        "👨‍👩‍👧",
+        "علی‌رضا",  # U+200C ZWNJ inside a Persian name
+        "Ana\u00a0Maria",  # NBSP, as WhatsApp exports write it
+        "Jean\u202fPaul",
+        "+49 170 1234567",
+        "12345678",
+        "ana@example.com",
+        "🏴󠁧󠁢󠁳󠁣󠁴󠁿 fan",  # flag: tag characters after U+1F3F4
+        "1\ufe0f\u20e3 fan",  # keycap
+    ],
+)
+def test_a_real_display_name_with_emoji_joiners_or_nbsp_is_accepted(sender):
+    assert check_sender_id(sender) == sender
+
+
+@pytest.mark.parametrize(
     ("sender", "reason"),
     [
         ("", "is blank"),
@@ -117,6 +137,20 @@ def test_a_printable_sender_id_is_accepted(sender):
         ("a\u034fna", "U+034F"),
         ("ana\U000e0041", "U+E0041"),
         ("ana\ud800", "U+D800"),
+        ("ana\u200b", "contains U+200B ZERO WIDTH SPACE, an invisible or control character"),
+        ("ana\u200d", "ends with U+200D ZERO WIDTH JOINER"),
+        ("\u200cana", "starts with U+200C ZERO WIDTH NON-JOINER"),
+        ("an\u200da", "contains U+200D ZERO WIDTH JOINER between two plain letters"),
+        ("\u200eana", "U+200E LEFT-TO-RIGHT MARK"),
+        ("ana\u202e", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        (" ana", "leading or trailing whitespace"),
+        ("ana\u00a0", "leading or trailing whitespace"),
+        ("ana\u00ad", "U+00AD SOFT HYPHEN"),
+        ("ana\ufe0f", "U+FE0F"),  # after a letter it varies nothing, only hides
+        ("\ufe0fana", "U+FE0F"),
+        ("an\U000e0061a", "U+E0061"),  # a tag character outside a flag
+        ("ana\u2060x", "U+2060"),
+        ("ana\u180ex", "U+180E"),
     ],
 )
 def test_a_sender_id_that_hides_characters_is_refused_with_why(sender, reason):
