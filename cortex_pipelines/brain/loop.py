@@ -219,7 +219,7 @@ class Brain:
             "text": msg.text,
             "priority": msg.priority,
             "completed_op": completed_op,
-            "failed_ops": context.failed_ops if speaks_for_owner(self.settings, msg) else [],
+            "failed_ops": self._failures_to_tell(msg, context),
             "op_note": op_note,
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
             "sent_at": msg.sent_at.replace(tzinfo=UTC).isoformat(),  # "in 10 minutes" counts from it
@@ -295,6 +295,14 @@ class Brain:
             self.log(f"message {msg.id} answered without recalled memories ({exc})")
             return []
         return hits
+
+    def _failures_to_tell(self, msg: BusMessage, context: Context) -> list[dict]:
+        """Delegated work that failed, told in the owner's reply on the channel it was asked on,
+        outside any group thread: told in the next chat the owner wrote in, it reached a family
+        group, or a shadow channel that sends nothing (review, helper-42)."""
+        if not speaks_for_owner(self.settings, msg) or msg.thread:
+            return []
+        return [op for op in context.failed_ops if op.get("expected_channel") == msg.channel]
 
     def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
         # A stranger's words are theirs, never "what the user said before": left out before the top k
@@ -403,8 +411,11 @@ class Brain:
         for target in routed.delivered:
             if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
                 outbox.add(con, msg.id, target, output.text, sorted(self.settings.owner_ids(target)))
-        if speaks_for_owner(self.settings, msg) and not output.silence:  # told the owner, not a stranger
-            ops_store.acknowledge(con, context.shown_op_ids)
+        if speaks_for_owner(self.settings, msg) and routed.delivered and not output.silence:
+            # Told the owner, not a stranger, and sent: a failed op only where it was asked.
+            told = {op["id"] for op in self._failures_to_tell(msg, context)}
+            failed = {op["id"] for op in context.failed_ops}
+            ops_store.acknowledge(con, [i for i in context.shown_op_ids if i not in failed or i in told])
             bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_read(con, context.session_id)
         bus.mark_completed(con, msg.id)

@@ -45,13 +45,19 @@ _DELETE_SCHEDULE = re.compile(r"\b(delete|cancel|remove|stop)\b.*\b(sch-[0-9a-f]
 # schedule the other words name.
 _DELETE_NAMED = re.compile(
     r"^\W*(?:(?:please|pls|ok|okay|hey|also|and|oh|can|could|would|will|you)\W+)*"
-    r"(?:(?:delete|cancel|remove|stop|drop|clear|never\s*mind|forget(?:\s+about)?)\b.*\b(?:reminders?|schedules?)\b"
+    r"(?:(?:delete|cancel|remove|stop|drop|clear)\b.*\b(?:reminders?|schedules?)\b"
+    r"|(?:never\s*mind|forget(?:\s+about)?)\s+(?:the|my|that|this)\s+(?:\w+\s+)?(?:reminders?|schedules?)\b"
     r"|stop\s+reminding\s+(?:me|us)\b)",
     re.I | re.S,
 )
 # "delete all my reminders", "cancel all reminders": every one of them, not one they name.
+# "delete all my reminders", "cancel all of the reminders, please": the whole message asks it, so
+# "Stop, all my reminders are fine" or "forget the party but keep all my reminders" deletes nothing.
 _ALL = re.compile(
-    r"\b(?:all|every)\b(?:\s+(?:of\s+)?(?:my|the|our|your|these|those))?\s+(?:reminders|schedules)\b", re.I
+    r"^\W*(?:(?:please|pls|ok|okay|can|could|would|will|you)\W+)*(?:delete|cancel|remove|clear|drop)\s+"
+    r"(?:all|every(?:\s+one)?)(?:\s+of)?(?:\s+(?:my|the|our|these|those))?\s+(?:reminders|schedules)"
+    r"(?:\W+(?:please|pls|now|thanks))*\W*$",
+    re.I,
 )
 # The request's own words: what is left names the reminder.
 _NOT_NAMING = stemmed(
@@ -144,7 +150,7 @@ class OfflineClient:
             elif name == "schedule_create" and isinstance(payload, dict):
                 lines.append(_confirm(payload, year))
             elif name == "schedule_list" and isinstance(payload, list) and _DELETE_NAMED.search(text):
-                if _ALL.search(text) and payload and request.allow_tools:
+                if _ALL.match(text) and payload and request.allow_tools:
                     return _tools(request, "schedule_delete", [{"id": job["id"]} for job in payload])
                 named = _named(text, payload)
                 if len(named) == 1 and request.allow_tools:

@@ -83,7 +83,7 @@ _ON_WEEK_PART = re.compile(r"\bon\s+(?P<which>week(?:day|end))s\b", re.I)
 _WEEK_PARTS = {"weekday": {1, 2, 3, 4, 5}, "weekend": {6, 0}}
 # The hours a step within the day keeps to: "every hour between 9 and 5", "every 30 minutes from 9am
 # to 5pm".
-_RANGE_HOUR = r"\d{1,2}(?::00)?"
+_RANGE_HOUR = r"\d{1,2}(?::00)?|noon|midnight"
 _HOURS = re.compile(
     rf"\b(?:between|from)\s+(?P<first>{_RANGE_HOUR})\s*(?P<first_ampm>[ap]\.?m\b\.?)?\s*"
     rf"(?:and|to|till|until|-)\s*(?P<last>{_RANGE_HOUR})\s*(?P<last_ampm>[ap]\.?m\b\.?)?",
@@ -209,10 +209,18 @@ _REQUEST = re.compile(
     re.I,
 )
 # An alarm is a reminder with nothing more to say than "wake up" or "alarm", unless it says more.
+# "set an alarm for 7am", "wake me up at 7"; not "set alarm system to away mode".
 _ALARM = re.compile(
-    r"^\W*(?:(?:please|can|could|would|will|you)\W+)*(?:set\s+(?:me\s+)?(?:an?\s+)?alarm|(?P<wake>wake\s+(?:me|us)))\b",
+    r"^\W*(?:(?:please|can|could|would|will|you)\W+)*(?:set\s+(?:me\s+)?(?:an?\s+)?alarm"
+    r"(?=\s*(?:$|[,.!]|(?:for|at|tomorrow|tonight|every|on|in)\b|to\s+(?:wake|go\s+off)\b))"
+    r"|(?P<wake>wake\s+(?:me|us)))\b",
     re.I,
 )
+# "set an alarm for 6:30": the time an alarm is set for, said with "for".
+_ALARM_FOR = re.compile(
+    r"\bfor\s+(?=\d{1,2}(?:[:.]\d{2})?(?:\s*[ap]\.?m\b)?(?!\s*(?:minutes?|mins?|hours?|hrs?)\b))", re.I
+)
+_PLEASE_AT_END = re.compile(r"[\s,]*\b(?:please|pls)\W*$", re.I)
 # "Every weekday at 7:30 give me a morning briefing": a sentence that opens with "every" asks when
 # the rest is addressed to Cortex.
 _ADDRESSED = re.compile(r"^(?:please\s+)?[a-z]+\s+(?:me|us)\b", re.I)
@@ -229,13 +237,18 @@ _CLOCK_BEFORE = re.compile(
     r"(?:\b\d{1,2}(?:[:.]\d{2})?\s*(?:[ap]\.?m\b\.?)?|\b(?:noon|midnight|o['’]?clock))\s*$", re.I
 )
 _CLOCK_AFTER = re.compile(r"\s*(?:at|from|between)\b", re.I)
+# Words that report what someone is to be told: a repeat said after them is part of it.
+_REPORTED = re.compile(
+    r"\b(?:tell|telling|say|saying|ask|asking|mention|explain|let\s+\w+\s+know|remind\s+(?!me\b|us\b)\w+)\b",
+    re.I,
+)
 _TO = re.compile(r"^\s*(?:to|that|about|of|:|-)\s+", re.I)
 # The word that opens the reminder's own words after the request's: "remind me tomorrow at 9 that …".
 _OPENS = re.compile(r"\b(?:to|that|about)\b|:(?!\d)", re.I)
 # What may follow an "every …" that says when the reminder repeats ("… every day at 8", "… every
 # day."); any other word makes it a part of the reminder's words ("… that every minute counts").
 _REPEAT_ENDS = re.compile(
-    r"\s*(?:[,.;!?]|$|(?:at|on|in|from|until|till|starting|for|and|or|please|pls)\b)", re.I
+    r"\s*(?:[,.;!?]|$|(?:at|on|in|from|between|until|till|starting|for|and|or|please|pls)\b)", re.I
 )
 _TAIL = re.compile(r"\b(?:to|at|on|for|please|pls)$", re.I)
 
@@ -279,10 +292,14 @@ def _as_reminder(text: str, alarm: re.Match) -> str:
     """An alarm as the reminder it is: "set an alarm for 7am" reminds of "alarm", "wake me up at 7"
     of "wake up", at 07:00 (a bare hour to wake at is the morning's), unless they say what for."""
     wake = alarm.group("wake") is not None
-    clock = _first_clock(text) if wake else None
+    text = _PLEASE_AT_END.sub("", _ALARM_FOR.sub("at ", text, count=1))  # "for 6:30" is "at 6:30"
+    clock = _first_clock(text)
     if clock and not clock.groupdict().get("ampm") and not _CLOCK_PART.match(text, clock.end()):
         text = f"{text[: clock.end()]} in the morning{text[clock.end() :]}"
-    return text if _OPENS.search(text, alarm.end()) else f"{text} to {'wake up' if wake else 'alarm'}"
+        clock = _first_clock(text)
+    # The word that opens what it is for, outside the time ("for quarter to seven" opens nothing).
+    opener = _OPENS.search(text, max(alarm.end(), clock.end() if clock else 0))
+    return text if opener else f"{text} to {'wake up' if wake else 'alarm'}"
 
 
 def _opens(text: str) -> int:
@@ -299,19 +316,31 @@ def _in_task(text: str, repeats: re.Match) -> bool:
     tomorrow at 9 that every minute counts", "remind me tomorrow to ask about every day deals") or
     as a step within the day, which would repeat all day long ("remind me that every minute
     counts"). At the end it says how the reminder repeats: "remind me at 9 to water the plants every
-    day"."""
+    day". The other ways to say a repeat ("daily", "on weekdays", "on the 1st of the month") are
+    words, after a time for one reminder, in what someone is to be told ("remind me at 6pm to tell
+    Bob that I run daily")."""
     opens = _opens(text)
-    if repeats.re is _EVERY and repeats.group(0)[:2].lower() == "on" and repeats.start() >= opens:
+    if repeats.start() < opens:
+        return False
+    said = text[:opens]
+    timed = any(pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS))
+    on_days = repeats.re is _EVERY and repeats.group(0)[:2].lower() == "on"
+    if (
+        on_days
+        or (repeats.re is _EVERY and repeats.group("adverb"))
+        or (repeats.re is _BY_DATE and repeats.group("of_the_month"))
+    ):
+        if timed and _REPORTED.search(text, opens, repeats.start()):
+            return True
         # "on weekdays" in the words says when only beside a time: "to stand up at 9 on weekdays",
         # not "to plan what to do on weekends".
-        return not (_CLOCK_BEFORE.search(text, 0, repeats.start()) or _CLOCK_AFTER.match(text, repeats.end()))
-    if repeats.start() < opens or _REPEAT_ENDS.match(text, repeats.end()) is not None:
+        return on_days and not (
+            _CLOCK_BEFORE.search(text, 0, repeats.start()) or _CLOCK_AFTER.match(text, repeats.end())
+        )
+    if _REPEAT_ENDS.match(text, repeats.end()) is not None:
         return False
     within_the_day = repeats.re is _EVERY and (step := _step(repeats)) is not None and step < _DAY_MINUTES
-    said = text[:opens]
-    return within_the_day or any(
-        pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS)
-    )
+    return within_the_day or timed
 
 
 def _starts(text: str, repeats: re.Match) -> bool:
@@ -355,7 +384,10 @@ def _number(raw: str) -> int:
 
 
 def _first_clock(text: str) -> re.Match | None:
-    return next((m for pattern in _CLOCKS for m in pattern.finditer(text) if _a_clock(m)), None)
+    """The time said first ("at 5pm to pick up Ana, her class ends at half past 6": 17:00), the
+    longest reading where two start together ("at quarter past 9" over "at 9")."""
+    found = [m for pattern in _CLOCKS for m in pattern.finditer(text) if _a_clock(m)]
+    return min(found, key=lambda m: (m.start(), -m.end()), default=None)
 
 
 def _a_clock(found: re.Match) -> bool:
@@ -378,7 +410,7 @@ def _time_of_day(clock: re.Match) -> tuple[int, int, bool]:
     hour, minute = _hour(clock.group("hour")), int(found.get("minute") or 0)
     ampm = (found.get("ampm") or "").replace(".", "").lower()
     if minute > 59 or hour > (12 if ampm else 23) or (ampm and hour == 0):
-        said = clock.group("hour") + (f":{clock.group('minute')}" if clock.group("minute") else "")
+        said = clock.group("hour") + (f":{found['minute']}" if found.get("minute") else "")
         raise Unreadable(f"{said}{ampm} is not a time of day")
     if ampm:
         return hour % 12 + (12 if ampm == "pm" else 0), minute, False
@@ -442,8 +474,12 @@ def _recurring(text: str, every: re.Match, asked: bool) -> ReminderRequest | Non
     within_the_day = step is not None and step < _DAY_MINUTES
     # "every day at 9 on weekdays", "every morning on weekends", "every hour on weekdays"
     week_part = _ON_WEEK_PART.search(text) if what in ("day", *_PART_HOURS) or within_the_day else None
-    hours = _HOURS.search(text) if within_the_day else None
     opens = _opens(text)  # "remind me tonight at 10 | to …"; nothing opens "every weekday … give me"
+    # The hours before the reminder's words open, or right after the step: "every hour to say I'm free
+    # between 2 and 4" keeps to no hours.
+    hours = _HOURS.search(text) if within_the_day else None
+    if hours and hours.start() >= opens and text[every.end() : hours.start()].strip():
+        hours = None
     day = _RELATIVE_DAY.search(text, 0, opens) if opens < len(text) else None
     today = day and _today(day)  # starts now: not in its text
     task = _task(text, every, clock, weekly, part, today, week_part, hours)
@@ -489,12 +525,15 @@ def _within(hours: re.Match, step: int) -> str:
         return f"{first}-{last}{every}"
     if every:
         raise Unreadable(f"{_every(step)} can't be kept across midnight; say every hour")
-    return f"{first}-23,0-{last}" if last else f"{first}-23,0"
+    head = f"{first}-23" if first < 23 else "23"
+    return f"{head},0-{last}" if last else f"{head},0"
 
 
 def _range_hour(said: str, ampm: str | None, after: int | None) -> int:
     """An hour of "between 9 and 5": with am/pm as said; a bare start as `_bare_hour` reads it; a bare
     end is the first of H and H+12 after the start."""
+    if said.lower() in ("noon", "midnight"):
+        return 12 if said.lower() == "noon" else 0
     hour = int(said.split(":")[0])
     ampm = (ampm or "").replace(".", "").lower()
     if hour > (12 if ampm else 23) or (ampm and hour == 0):

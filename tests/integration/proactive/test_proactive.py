@@ -400,13 +400,20 @@ def test_a_delegated_task_past_its_deadline_is_told_to_the_owner_once_and_no_str
         replies = json.loads(cortex("outbox", channel, "--json", home=home).stdout)
         return max(replies, key=lambda r: r["reply_to"])["text"]
 
-    cortex("init", "--owner", "webchat:ana", home=home)
+    cortex("init", "--owner", "webchat:ana", "--owner", "telegram:ana", home=home)
     asked = said(
         "webchat", "ana", "could you look up the opening hours of the Oceanarium?", "2026-03-23T09:00:00Z"
     )
     assert "handed that off as task" in asked
     cortex("--now", "2026-03-24T10:00:00Z", "run", home=home)  # supervision: past the 24 h deadline
     said("telegram", "eve", "hello there", "2026-03-24T10:01:00Z")
+    # The owner in a family group: the news is not told there (it had reached the group's thread).
+    group = {"channel": "telegram", "sender": "ana", "text": "see you all at 8", "thread": "family-group"}
+    (home / "inbox" / "telegram").mkdir(parents=True, exist_ok=True)
+    (home / "inbox" / "telegram" / "group.json").write_text(json.dumps(group))
+    cortex("--now", "2026-03-24T10:01:30Z", "run", home=home)
+    in_group = json.loads(cortex("outbox", "telegram", "--json", home=home).stdout)
+    assert not any("failed" in r["text"] for r in in_group), in_group
     told = said("webchat", "ana", "any news on the oceanarium?", "2026-03-24T10:02:00Z")
     assert told.startswith(
         "Your delegated task failed (could you look up the opening hours of the Oceanarium?): no result "

@@ -281,6 +281,13 @@ def test_all_reminders_are_cancelled_at_once_and_a_stranger_is_told_they_are_the
     ]
     assert len(_jobs(home)) == 3
 
+    # Mere mentions delete nothing (they had deleted every reminder, review helper-42).
+    _answer(
+        home,
+        ["Stop, all my reminders are fine", "Forget about the party, but keep all my reminders"],
+        sent="2026-03-28T12:08:00+00:00",
+    )
+    assert len(_jobs(home)) == 3
     replies = _answer(home, ["delete all my reminders"], sent="2026-03-28T12:10:00+00:00")
     assert sorted(replies[0].splitlines()) == sorted(
         f"Deleted {ids[name]}." for name in ("go to the gym", "call mom", "alarm")
