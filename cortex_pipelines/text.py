@@ -153,8 +153,7 @@ QUESTION = re.compile(rf"\?\s*$|{_IN_WORDS}", re.I | re.S)
 
 # A request to forget restates what it asks to drop ("Please forget that my sister lives in Vienna"):
 # like a question, it is never an answer nor a fact. Not "Don't forget …", which asks to remember.
-# DuckDB matches the same pattern (storage/session.FORGET_REQUESTS): so no lookahead, which its RE2
-# lacks, and ASCII classes here, as RE2's are.
+# Hiding it from the model and the published files takes a stricter pattern, below.
 FORGET_REQUEST_PATTERN = (
     r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
     r"(?:(?:forget|unlearn) (?:that|about|what|everything|all|my|our|the|this)"
@@ -165,6 +164,33 @@ FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 
 def asks_to_forget(text: str) -> bool:
     return bool(FORGET_REQUEST.match(text))
+
+
+# What is hidden from the conversation the model reads and from every published file (session.
+# NOT_FORGOTTEN) is stricter: a message that is a request to forget and nothing more, or its news
+# was lost with it ("Forget the pasta place, we are having dinner at Luigi's on Friday", "Can you
+# forget my last message? The launch moved to March 3"). It opens with "forget that / everything /
+# all / what" (or "unlearn" so), "stop remembering" or "don't remember", and is one sentence: no
+# sentence end (. ! ? … or a line break) followed by more text, where "Dr. " or "J. " (an
+# abbreviation or an initial before a space) and "3.5" or "e.g.," (no space after) end none.
+# "Please forget my address, it's 12 Rua X" stays visible: it has the shape of "forget my last
+# message, the launch moved", and recall and extraction leave it out all the same (asks_to_forget).
+# Run by DuckDB too (RE2): no lookahead, ASCII classes; each text parses one way (no backtracking
+# blow-up in Python).
+_ABBREVIATION = r"\b(?:[a-z]|dr|mrs?|ms|mx|st|prof|jr|sr|vs|etc|no)\.[ \t]"
+HIDDEN_FORGET_REQUEST_PATTERN = (
+    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
+    r"(?:(?:forget|unlearn) (?:that|everything|all|what)"
+    r"|stop remembering|don['’]?t remember|do not remember)\b"
+    rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*"
+    r"[.!?…]*\s*$"
+)
+HIDDEN_FORGET_REQUEST = re.compile(HIDDEN_FORGET_REQUEST_PATTERN, re.I | re.A)
+
+
+def only_asks_to_forget(text: str) -> bool:
+    """A request to forget and nothing more: hidden once answered (session.FORGET_REQUESTS)."""
+    return bool(HIDDEN_FORGET_REQUEST.match(text))
 
 
 def never_an_answer(text: str) -> bool:

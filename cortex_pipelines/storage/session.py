@@ -10,7 +10,7 @@ from cortex_pipelines.storage import conversations
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
-from cortex_pipelines.text import FORGET_REQUEST_PATTERN
+from cortex_pipelines.text import HIDDEN_FORGET_REQUEST_PATTERN
 from cortex_pipelines.turn import Turn
 
 _TURN_COLUMNS = "id, role, channel, sender, content, ts"
@@ -120,9 +120,11 @@ FORGOTTEN_TURNS = (
 )
 # Nor the exchange of a request to forget ("Please forget that my therapist is Dr. Ramos"): it
 # restates what it asks to drop, and the reply to it may too, so it is left out from the moment it
-# is said, or forgetting the fact left it in every published file and later prompt. Recall never
-# offers it either (text.never_an_answer); the pattern is text.FORGET_REQUEST's.
-_FORGET_REQUEST_SQL = FORGET_REQUEST_PATTERN.replace("'", "''")  # as a SQL string literal
+# is said, or forgetting the fact left it in every published file and later prompt. Only a
+# request to forget and nothing more (text.HIDDEN_FORGET_REQUEST: "Forget the pasta place, we are
+# having dinner at Luigi's" is news, and stays); recall never offers the broader kind either
+# (text.never_an_answer).
+_FORGET_REQUEST_SQL = HIDDEN_FORGET_REQUEST_PATTERN.replace("'", "''")  # as a SQL string literal
 FORGET_REQUESTS = (
     "SELECT bus_id FROM session WHERE role = 'user' AND bus_id IS NOT NULL "
     f"AND regexp_matches(content, '{_FORGET_REQUEST_SQL}', 'i')"

@@ -199,37 +199,64 @@ def test_a_copy_quotes_a_long_text_by_its_first_words(text, quoted):
     assert first_words(text) == quoted
 
 
-FORGET_WORDINGS = {  # the text, and whether it asks to forget
-    "Please forget that my therapist is Dr. Ramos": True,
-    "  ...Can you forget my address?": True,
-    "don’t remember that I smoke": True,
-    "DO NOT REMEMBER this": True,
-    "pls unlearn everything": True,
-    "stop remembering my birthday": True,
-    "¡Por favor! Please forget about it": False,
-    "¡Please forget about it": True,
-    "Don't forget my keys": False,
-    "forget thatcher": False,
-    "I forget that often": False,
-    "forgetting that": False,
-    "forget\tthat x": False,
+FORGET_WORDINGS = {  # the text: whether it asks to forget, and whether it does nothing more (hidden)
+    "Please forget that my therapist is Dr. Ramos": (True, True),
+    "Please forget that my therapist is Dr. Ramos.": (True, True),
+    "please forget that my doctor is J. R. Smith, e.g., the one at 3.5 Main St.  ": (True, True),
+    "Can you forget that?!": (True, True),
+    "Could you forget what I said about Marta…": (True, True),
+    "  ...Can you forget my address?": (True, False),
+    "don’t remember that I smoke": (True, True),
+    "DO NOT REMEMBER this": (True, True),
+    "pls unlearn everything": (True, True),
+    "would you forget all of it\n": (True, True),
+    "stop remembering my birthday": (True, True),
+    "¡Por favor! Please forget about it": (False, False),
+    "¡Please forget about it": (True, False),
+    "Forget about it, let's go": (True, False),
+    "Forget the pasta place, we are having dinner at Luigi's on Friday with Marta": (True, False),
+    "Can you forget my last message? The launch moved to March 3": (True, False),
+    "Please forget my address, it's 12 Rua X": (True, False),
+    "Forget that. The launch moved to March 3": (True, False),
+    "Please forget that my therapist is Dr. Ramos! He retired.": (True, False),
+    "forget that\nThe launch moved to March 3": (True, False),
+    "Don't forget my keys": (False, False),
+    "forget thatcher": (False, False),
+    "I forget that often": (False, False),
+    "forgetting that": (False, False),
+    "forget\tthat x": (False, False),
 }
 
 
-def test_duckdb_takes_for_a_request_to_forget_what_python_does():
-    """Recall and extraction tell a request to forget in Python (text.asks_to_forget), the queries
-    that keep it out of prompts and published files in DuckDB's RE2 (session.FORGET_REQUESTS): one
-    pattern, read alike by both, or a request was published that recall left out."""
+def test_duckdb_hides_as_a_request_to_forget_what_python_does():
+    """Recall and extraction tell a request to forget in Python (text.asks_to_forget); the queries
+    that keep one out of prompts and published files take only a request to forget and nothing more,
+    in DuckDB's RE2 (session.FORGET_REQUESTS): one pattern (text.HIDDEN_FORGET_REQUEST), read alike
+    by both, or a message was hidden, its news lost, that Python took for more than a request."""
     import duckdb
 
     from cortex_pipelines.storage.session import FORGET_REQUESTS
-    from cortex_pipelines.text import asks_to_forget
+    from cortex_pipelines.text import asks_to_forget, only_asks_to_forget
 
     texts = list(FORGET_WORDINGS)
+    assert {t for t in texts if asks_to_forget(t)} == {t for t, (asks, _) in FORGET_WORDINGS.items() if asks}
     con = duckdb.connect()
     con.execute("CREATE TABLE session (bus_id BIGINT, role VARCHAR, content VARCHAR)")
     con.executemany("INSERT INTO session VALUES (?, 'user', ?)", [[n, t] for n, t in enumerate(texts)])
     found = {texts[r[0]] for r in con.execute(FORGET_REQUESTS).fetchall()}
-    assert (
-        found == {t for t in texts if asks_to_forget(t)} == {t for t, asks in FORGET_WORDINGS.items() if asks}
-    )
+    hidden = {t for t, (_, only) in FORGET_WORDINGS.items() if only}
+    assert found == {t for t in texts if only_asks_to_forget(t)} == hidden
+    assert hidden <= {t for t in texts if asks_to_forget(t)}  # stricter, never broader
+
+
+def test_telling_a_bare_request_to_forget_takes_no_time_on_a_long_message():
+    """Python backtracks where RE2 does not: each text parses one way, so a long message that is
+    not one sentence fails at once."""
+    import time
+
+    from cortex_pipelines.text import only_asks_to_forget
+
+    text = "Please forget that " + "a.b Dr. x 3.5 " * 2000 + "now. More"
+    started = time.monotonic()
+    assert not only_asks_to_forget(text)
+    assert time.monotonic() - started < 1

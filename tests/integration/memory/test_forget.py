@@ -364,3 +364,33 @@ def test_a_request_to_forget_leaves_with_what_it_named_and_is_never_published(tm
     for path in out.glob("*.md"):
         text = path.read_text()
         assert FORGET_THERAPIST not in text and FORGOTTEN_REPLY not in text, (path.name, text)
+
+
+PASTA = "Forget the pasta place, we are having dinner at Luigi's on Friday with Marta"
+LAUNCH = "Can you forget my last message? The launch moved to March 3"
+
+
+@pytest.mark.slow
+def test_a_message_that_only_opens_like_a_request_to_forget_stays_in_view(tmp_path):
+    """Only a request to forget and nothing more is hidden: "Forget the pasta place, we are having
+    dinner at Luigi's …" and "Can you forget my last message? The launch moved …" had left the
+    conversation the model reads, narrative.md and BOOTSTRAP.md with their news, leaving only the
+    turns after them; a bare request beside them still leaves."""
+    home = tmp_path / "home"
+    cortex("init", "--owner", "webchat:ana", home=home)
+    for text in (PASTA, LAUNCH, FORGET_THERAPIST, "I booked the flight to Lisbon for June 2"):
+        cortex("send", "webchat", text, "--sender", "ana", home=home)
+    cortex("run", home=home)
+    out = home / "out"
+    for name in ("narrative.md", "BOOTSTRAP.md"):
+        text = (out / name).read_text()
+        assert PASTA in text and LAUNCH in text and "Lisbon" in text, (name, text)
+        assert "Ramos" not in text, (name, text)
+
+    with MessagesServer(responder=lambda _body: reply_text("Noted.")) as server:
+        cortex("send", "webchat", "When is dinner at Luigi's?", "--sender", "ana", home=home)
+        cortex("run", home=home, env=server.cortex_env())
+        (asked,) = [r for r in server.requests if r.get("tools") and "When is dinner" in _last_message(r)]
+    said = json.dumps(asked["messages"], ensure_ascii=False)
+    assert "we are having dinner at Luigi's on Friday" in said and "The launch moved to March 3" in said, said
+    assert "Lisbon" in said and "Ramos" not in said, said
