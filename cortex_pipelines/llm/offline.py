@@ -15,7 +15,14 @@ from zoneinfo import ZoneInfo
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.proactive import english, schedules
-from cortex_pipelines.text import asks, asks_to_forget, collapse_spaces, first_words, normalize
+from cortex_pipelines.text import (
+    asks,
+    asks_to_forget,
+    collapse_spaces,
+    first_words,
+    normalize,
+    only_asks_to_forget,
+)
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
 _GREETING = re.compile(r"^\s*(good (morning|afternoon|evening)|hi|hello|hey)\b[\s!.,]*", re.I)
@@ -114,7 +121,8 @@ class OfflineClient:
             return _reply(request, "NO_REPLY")
         if _DELEGATE.search(text) and "sessions_spawn" in tools:
             return _tool(request, "sessions_spawn", {"task": text.strip()})
-        if asks_to_forget(text):
+        if asks_to_forget(text) and (request.tools or only_asks_to_forget(text)):
+            # A stranger's "Forget about it, let's go" is no request to the owner's memory.
             return _reply(request, _CANNOT_FORGET if request.tools else _OWNER_FORGETS)
         asked = asks(text)
         pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []

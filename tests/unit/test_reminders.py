@@ -570,3 +570,19 @@ def test_a_question_that_opens_like_a_reminder_is_not_told_that():
 )
 def test_a_repeating_reminder_is_said_in_words_only_when_the_words_are_true(cron, said):
     assert schedules.in_words(cron) == said
+
+
+@pytest.mark.parametrize(
+    ("text", "told"),
+    [
+        ("please forget everything about me", True),
+        ("Forget that I said that", True),
+        ("Forget about it, let's go", False),  # had been told "Only the owner can make me forget things."
+    ],
+)
+def test_a_stranger_is_told_only_the_owner_can_make_cortex_forget_only_when_they_ask_it(text, told):
+    request = LLMRequest(
+        system="", messages=[], tools=[], hints={"text": text, "now": "2026-03-28T12:00:00+00:00"}
+    )
+    reply = OfflineClient().complete(request).text
+    assert (reply == "Only the owner can make me forget things.") == told, reply
