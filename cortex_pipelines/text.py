@@ -154,10 +154,10 @@ QUESTION = re.compile(rf"\?\s*$|{_IN_WORDS}", re.I | re.S)
 # A request to forget restates what it asks to drop ("Please forget that my sister lives in Vienna"):
 # like a question, it is never an answer nor a fact. Not "Don't forget …", which asks to remember.
 # Hiding it from the model and the published files takes a stricter pattern, below.
+_ASKED = r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
+_NOT_REMEMBERING = r"|stop remembering|don['’]?t remember|do not remember)\b"
 FORGET_REQUEST_PATTERN = (
-    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
-    r"(?:(?:forget|unlearn) (?:that|about|what|everything|all|my|our|the|this)"
-    r"|stop remembering|don['’]?t remember|do not remember)\b"
+    rf"{_ASKED}(?:(?:forget|unlearn) (?:that|about|what|everything|all|my|our|the|this){_NOT_REMEMBERING}"
 )
 FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 
@@ -179,9 +179,7 @@ def asks_to_forget(text: str) -> bool:
 # blow-up in Python).
 _ABBREVIATION = r"\b(?:[a-z]|dr|mrs?|ms|mx|st|prof|jr|sr|vs|etc|no)\.[ \t]"
 HIDDEN_FORGET_REQUEST_PATTERN = (
-    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?"
-    r"(?:(?:forget|unlearn) (?:that|everything|all|what)"
-    r"|stop remembering|don['’]?t remember|do not remember)\b"
+    rf"{_ASKED}(?:(?:forget|unlearn) (?:that|everything|all|what){_NOT_REMEMBERING}"
     rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*"
     r"[.!?…]*\s*$"
 )
