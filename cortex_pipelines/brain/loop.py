@@ -99,6 +99,13 @@ def reply_channel(msg: BusMessage) -> str:
     return msg.channel
 
 
+def _past_deadline(context: Context) -> list[dict]:
+    """The failed ops the owner is to be told of: work past its deadline. An op orphaned by a crash
+    is not: the retried message delegates it again ("orphaned from prior session" had opened the
+    retry's reply)."""
+    return [op for op in context.failed_ops if ops_store.OVERDUE in str(op.get("result") or "")]
+
+
 class Brain:
     def __init__(
         self,
@@ -302,7 +309,7 @@ class Brain:
         group, or a shadow channel that sends nothing (review, helper-42)."""
         if not speaks_for_owner(self.settings, msg) or msg.thread:
             return []
-        return [op for op in context.failed_ops if op.get("expected_channel") == msg.channel]
+        return [op for op in _past_deadline(context) if op.get("expected_channel") == msg.channel]
 
     def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
         # A stranger's words are theirs, never "what the user said before": left out before the top k
@@ -414,8 +421,8 @@ class Brain:
         if speaks_for_owner(self.settings, msg) and routed.delivered and not output.silence:
             # Told the owner, not a stranger, and sent: a failed op only where it was asked.
             told = {op["id"] for op in self._failures_to_tell(msg, context)}
-            failed = {op["id"] for op in context.failed_ops}
-            ops_store.acknowledge(con, [i for i in context.shown_op_ids if i not in failed or i in told])
+            untold = {op["id"] for op in _past_deadline(context)} - told
+            ops_store.acknowledge(con, [i for i in context.shown_op_ids if i not in untold])
             bus.mark_failures_shown(con, context.shown_failure_ids)
         mark_read(con, context.session_id)
         bus.mark_completed(con, msg.id)
