@@ -229,10 +229,15 @@ def _report(report: IngestReport) -> None:
 def ingest(
     path: Path,
     history: Annotated[
-        bool, typer.Option(help="import as past conversation: stored and indexed, never answered")
+        bool,
+        typer.Option(
+            help="import as past conversation: stored and indexed, never answered; the database is "
+            "backed up once the import added messages"
+        ),
     ] = False,
 ) -> None:
-    """Bulk import a .json/.jsonl file or a folder of them, with the inbox's validation."""
+    """Bulk import a .json/.jsonl file or a folder of them, with the inbox's validation. A message
+    erased before (`cortex erase`) with the id it came with is not taken in again."""
     settings = _ready()
     if not path.exists():
         _fail(f"no such file or folder: {path}")

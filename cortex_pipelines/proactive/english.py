@@ -210,8 +210,10 @@ _REQUEST = re.compile(
 )
 # An alarm is a reminder with nothing more to say than "wake up" or "alarm", unless it says more.
 # "set an alarm for 7am", "wake me up at 7"; not "set alarm system to away mode".
+# The polite words a request may open with: "please", "can you", "ok so".
+_POLITE = r"^\W*(?:(?:also|and|oh|hey|ok|okay|please|pls|can|could|would|will|you)\W+)*"
 _ALARM = re.compile(
-    r"^\W*(?:(?:please|can|could|would|will|you)\W+)*(?:set\s+(?:me\s+)?(?:an?\s+)?alarm"
+    rf"{_POLITE}(?:set\s+(?:me\s+)?(?:an?\s+)?alarm"
     r"(?=\s*(?:$|[,.!]|(?:for|at|tomorrow|tonight|every|on|in)\b|to\s+(?:wake|go\s+off)\b))"
     r"|(?P<wake>wake\s+(?:me|us)))\b",
     re.I,
@@ -225,8 +227,7 @@ _PLEASE_AT_END = re.compile(r"[\s,]*\b(?:please|pls)\W*$", re.I)
 # the rest is addressed to Cortex.
 _ADDRESSED = re.compile(r"^(?:please\s+)?[a-z]+\s+(?:me|us)\b", re.I)
 _LEAD = re.compile(
-    r"^\W*(?:(?:also|and|oh|hey|ok|okay|please|pls|can|could|would|will|you)\W+)*"
-    r"(?:(?:don['’]?t|do\s+not)\s+forget\s+to\s+)?"  # "don't forget to remind me to call mom"
+    rf"{_POLITE}(?:(?:don['’]?t|do\s+not)\s+forget\s+to\s+)?"  # "don't forget to remind me to call mom"
     r"(?:remind\s+(?:me|us)|(?:don['’]?t|do\s+not)\s+let\s+(?:me|us)\s+forget"
     r"|(?:set|add|create|make|put|schedule)\s+(?:me\s+|up\s+)?(?:a\s+|an\s+)?"
     r"(?:reminder|alarm)(?:\s+for(?:\s+me)?)?|wake\s+(?:me|us)(?:\s+up)?|reminder|schedule)\b\W*",
