@@ -209,6 +209,8 @@ def recall(
     asked = stemmed(query)
     active = fact_table.where(status="active")
     said = episode_table.where(exclude_sources, role="user") & ~episode_table.where(channel=ROUTER_CHANNEL)
+    if owners_only:  # before the searches take their pools, or a busy group chat fills them
+        said = said & episode_table.said_by(_owners_among(episode_table.speakers(), settings))
     fact_words = fact_table.text_search(query, pool, active)
     episode_words = episode_table.text_search(query, pool, said)
     recent, recent_vectors, hot, links, forgotten = db.run_unchanged(
@@ -245,6 +247,8 @@ def recall(
         del episodes[turn_id]
     if qvec is None and recent_vectors:
         qvec = query_vector_now()
+    if owners_only:
+        exclude_sources |= _strangers_turns(recent, settings)
     episodes |= tail.candidates(recent, recent_vectors, qvec, query, set(exclude_sources), pool, config)
     hits = _fact_keyword_hits(hot, query, pool, config)
     for fact_id, cand in facts.items():
@@ -306,6 +310,23 @@ def recall(
     if owners_only:
         hits = [h for h in hits if h.fact_id is not None or settings.said_by_owner(h.channel or "", h.sender)]
     return _one_hit_per_statement(hits, settings)[:k]
+
+
+def _owners_among(
+    speakers: list[tuple[str | None, str | None]], settings: Settings
+) -> frozenset[tuple[str | None, str | None]]:
+    return frozenset(p for p in speakers if settings.said_by_owner(p[0] or "", p[1]))
+
+
+def _strangers_turns(turns: pa.Table, settings: Settings) -> set[int]:
+    """The ids of turns another sender said (or a router result)."""
+    said = zip(
+        turns.column("id").to_pylist(),
+        turns.column("channel").to_pylist(),
+        turns.column("sender").to_pylist(),
+        strict=True,
+    )
+    return {i for i, channel, sender in said if not settings.said_by_owner(channel or "", sender)}
 
 
 def _strangers_behind(hits: list[Hit], settings: Settings, config: RecallConfig) -> None:

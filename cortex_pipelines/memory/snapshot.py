@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.feather as feather
 
 from cortex_pipelines.files import write_atomic
@@ -231,6 +232,7 @@ class Snapshot:
     _last_keywords: tuple[list[int], np.ndarray | None] = ([], None)
     _made: dict[int, dict] = field(default_factory=dict)
     _float32: tuple[np.ndarray, np.ndarray | None] | None = None
+    _speakers: list[tuple[str | None, str | None]] | None = None
 
     @classmethod
     def empty(cls, version: int = -1) -> Snapshot:
@@ -335,6 +337,34 @@ class Snapshot:
         if not len(exclude):
             return self._masks[key]
         return self._masks[key] & ~np.isin(self.ids, exclude)
+
+    def speakers(self) -> list[tuple[str | None, str | None]]:
+        """The distinct (channel, sender) pairs of the rows."""
+        if self._speakers is None:
+            pairs = (
+                self.rows.select(["channel", "sender"]).group_by(["channel", "sender"]).aggregate([])
+                if len(self)
+                else pa.table({"channel": [], "sender": []})
+            )
+            channels, senders = pairs.column("channel").to_pylist(), pairs.column("sender").to_pylist()
+            self._speakers = list(zip(channels, senders, strict=True))
+        return self._speakers
+
+    def said_by(self, speakers: frozenset[tuple[str | None, str | None]]) -> np.ndarray:
+        """A boolean row mask: the row's (channel, sender) is one of `speakers`; kept per set."""
+        if not len(self):
+            return np.ones(0, dtype=bool)
+        key = ("said_by", speakers)
+        if key not in self._masks:
+            mask = np.zeros(len(self), dtype=bool)
+            channels = self.rows.column("channel")
+            senders = self.rows.column("sender")
+            for channel, sender in speakers:
+                same = pc.equal(channels, channel) if channel is not None else pc.is_null(channels)
+                said = pc.equal(senders, sender) if sender is not None else pc.is_null(senders)
+                mask |= pc.and_(same, said).fill_null(False).to_numpy(zero_copy_only=False)
+            self._masks[key] = mask
+        return self._masks[key]
 
     def _top(self, scores: np.ndarray, mask: np.ndarray, k: int, floor: float) -> list[int]:
         """Positions of the k best scores above the floor among the masked rows, best first, of

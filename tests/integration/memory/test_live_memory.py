@@ -319,3 +319,42 @@ def test_strangers_in_a_group_chat_never_crowd_out_what_the_owner_said_a_minute_
     assert "Munich" in reply and "(not you)" not in reply, reply
     hits = json.loads(cortex("recall", "where do I live?", "-k", "3", "--json", home=home).stdout)
     assert "Munich" in hits[0]["text"], hits
+
+
+def test_a_busy_group_chat_leaves_the_owner_all_their_places_in_the_brains_recall(tmp_path):
+    """Auto-recall leaves strangers out before the searches take their candidates: had it filtered
+    after, sixty strangers' "I live in …" lines filled both searches' pools and the owner's own
+    "Our flat is in Schwabing, Munich" never reached the reply (review, helper-42)."""
+    home, rng = tmp_path / "home", random.Random(2)
+    cities = "Paris Lyon Nice Rome Milan Madrid Seville Porto Vienna Prague Oslo Dublin Ghent Bruges Turin".split()
+    areas = "the old town|a flat by the station|a house near the park|the north side|a tiny studio".split("|")
+    said = []
+    for i in range(60):
+        said.append(
+            {
+                "channel": "telegram",
+                "sender": rng.choice(["555", "777", "999"]),
+                "text": f"I live in {cities[i % len(cities)]}, in {rng.choice(areas)}, for {i + 2} years now.",
+                "metadata": {"chat_id": "-100500"},
+                "timestamp": f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:00:00Z",
+            }
+        )
+    said.append(
+        {
+            "channel": "webchat",
+            "sender": "user",
+            "text": "Our flat is in Schwabing, Munich.",
+            "timestamp": "2025-06-10T10:00:00Z",
+        }
+    )
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps(turn) + "\n" for turn in said))
+    cortex("init", home=home)
+    cortex("ingest", "--history", str(history), home=home)
+    cortex("run", home=home)  # indexes the history: the owner's line is no longer in the unindexed tail
+    cortex("send", "webchat", "where do I live?", home=home)
+    cortex("run", home=home)
+    replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
+    reply = max(replies, key=lambda r: r["reply_to"])["text"]
+    assert "Schwabing" in reply, reply
+    assert "(not you)" not in reply, reply
