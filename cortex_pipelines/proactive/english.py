@@ -284,7 +284,7 @@ def parse(text: str, now_local: datetime) -> ReminderRequest | None:
         if _starts(text, repeats):  # "remind me tomorrow to water the plants every day"
             raise Unreadable(_DATED_REPEAT)
         return _recurring(text, every, asked) if repeats is every else _by_date(text, by_date, asked)
-    if delay := _IN.search(text):
+    if delay := _IN.search(text, 0, _when_ends(text)):
         return _after(text, delay, now_local)
     return _one_shot(text, now_local)
 
@@ -323,8 +323,7 @@ def _in_task(text: str, repeats: re.Match) -> bool:
     opens = _opens(text)
     if repeats.start() < opens:
         return False
-    said = text[:opens]
-    timed = any(pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS))
+    timed = _timed(text[:opens])
     on_days = repeats.re is _EVERY and repeats.group(0)[:2].lower() == "on"
     if (
         on_days
@@ -342,6 +341,26 @@ def _in_task(text: str, repeats: re.Match) -> bool:
         return False
     within_the_day = repeats.re is _EVERY and (step := _step(repeats)) is not None and step < _DAY_MINUTES
     return within_the_day or timed
+
+
+def _timed(said: str) -> bool:
+    """Whether words say a day or a time."""
+    return any(pattern.search(said) for pattern in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS))
+
+
+def _when_ends(text: str) -> int:
+    """Where the words that may say when a one-off reminder fires end: once the request has said a
+    day or a time, one said in what someone is to be told is part of it ("remind me at 5pm to tell
+    Ana the rent is due on the 1st" is for 17:00 today, "remind me tomorrow to tell Ana I'll be there
+    in 10 minutes" for tomorrow), and so is one in the statement "that" opens ("remind me at 9 that
+    the rent is due on the 1st"). "remind me at 9 to call mum on Friday" is for Friday at 9."""
+    opens = _opens(text)
+    if opens == len(text) or not _timed(text[:opens]):
+        return len(text)
+    if text[opens:].lower().startswith("that"):
+        return opens
+    reported = _REPORTED.search(text, opens)
+    return reported.start() if reported else len(text)
 
 
 def _starts(text: str, repeats: re.Match) -> bool:
@@ -744,15 +763,16 @@ def _one_shot(text: str, now_local: datetime) -> ReminderRequest:
     ("at 5" asked at noon is 17:00 today, at 18:00 it is 05:00 tomorrow); on a later day, or with a
     part of the day, it is read by `_bare_hour`. A night's small hours are the next day's: "tonight
     at 1" is 01:00 tomorrow, "tonight at 12" the coming midnight, "at 1 at night" the next 01:00. A
-    date and a day named together must be the same day."""
-    day = _RELATIVE_DAY.search(text) or _WEEKDAY.search(text)
-    dated = _date(text)
-    clock = _first_clock(text)
-    if numeric := _NUMERIC_DATE.search(text):
+    date and a day named together must be the same day. Only what `_when_ends` leaves says when."""
+    said = text[: _when_ends(text)]
+    day = _RELATIVE_DAY.search(said) or _WEEKDAY.search(said)
+    dated = _date(said)
+    clock = _first_clock(said)
+    if numeric := _NUMERIC_DATE.search(said):
         raise Unreadable(
             f'"{numeric.group(0)}" could be either of two days; name the month, as in "on March 3"'
         )
-    if day is None and _YESTERDAY.search(text):  # "remind me yesterday at 5", not "…about yesterday's"
+    if day is None and _YESTERDAY.search(said):  # "remind me yesterday at 5", not "…about yesterday's"
         raise Unreadable("yesterday is in the past")
     if day is None and dated is None and clock is None:
         raise Unreadable("I couldn't tell when")

@@ -99,6 +99,54 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
             "tell Ana we are open on weekends at 9",
             "2026-03-28T15:00+00:00",
         ),
+        # A day, a date or a time in what someone is to be told, or in the statement "that" opens,
+        # after a time for the reminder, is its words: had been set for the 1st, for 15:00, and for
+        # ten minutes from now (QA, helper-42).
+        (
+            "remind me at 5pm to tell Ana the rent is due on the 1st",
+            SAT_NOON,
+            "tell Ana the rent is due on the 1st",
+            "2026-03-28T17:00+00:00",
+        ),
+        (
+            "remind me at 9 that the rent is due on the 1st",
+            SAT_NOON,
+            "the rent is due on the 1st",
+            "2026-03-28T21:00+00:00",
+        ),
+        (
+            "remind me tomorrow to tell Ana the meeting is at 3",
+            SAT_NOON,
+            "tell Ana the meeting is at 3",
+            "2026-03-29T09:00+01:00",
+        ),
+        (
+            "remind me tomorrow to tell Ana I'll be there in 10 minutes",
+            SAT_NOON,
+            "tell Ana I'll be there in 10 minutes",
+            "2026-03-29T09:00+01:00",
+        ),
+        (
+            "remind me on Friday to tell Ana it's due tomorrow",
+            SAT_NOON,
+            "tell Ana it's due tomorrow",
+            "2026-04-03T09:00+01:00",
+        ),
+        # Outside what is told, a later day or time still says when.
+        ("remind me at 9 to call mum on Friday", SAT_NOON, "call mum", "2026-04-03T09:00+01:00"),
+        (
+            "remind me tomorrow to call the dentist at 3",
+            SAT_NOON,
+            "call the dentist",
+            "2026-03-29T15:00+01:00",
+        ),
+        ("remind me that the rent is due on the 1st", SAT_NOON, "the rent is due", "2026-04-01T09:00+01:00"),
+        (
+            "remind me to tell Ana tomorrow at 9 that the rent is due",
+            SAT_NOON,
+            "tell Ana that the rent is due",
+            "2026-03-29T09:00+01:00",
+        ),
         # "on weekends" in the words, away from a time, and "9 to 5" name no repeat and no 16:51.
         (
             "remind me tomorrow at 9 to plan what to do on weekends",

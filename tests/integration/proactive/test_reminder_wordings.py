@@ -79,6 +79,26 @@ def test_a_reminder_on_a_calendar_date_is_set_for_that_day(tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_a_day_or_time_in_what_someone_is_to_be_told_is_part_of_it(tmp_path):
+    """Said after the reminder's own time, "on the 1st" and "in 10 minutes" in what Ana is to be
+    told had set the reminders for 1 April and for 12:10 today (QA, helper-42)."""
+    home = tmp_path / "home"
+    _answer(
+        home,
+        [
+            "remind me at 5pm to tell Ana the rent is due on the 1st",
+            "remind me tomorrow to tell Bo I'll be there in 10 minutes",
+            "remind me at 9 to call mum on Friday",
+        ],
+    )
+    assert _jobs(home) == {
+        "tell Ana the rent is due on the 1st": ("once", "2026-03-28T17:00+00:00"),
+        "tell Bo I'll be there in 10 minutes": ("once", "2026-03-29T09:00+01:00"),
+        "call mum": ("once", "2026-04-03T09:00+01:00"),
+    }
+
+
+@pytest.mark.timeout(600)
 def test_a_calendar_date_is_a_day_in_the_jobs_time_zone(tmp_path):
     """At 12:00 UTC on 28 March it is already the 29th in Auckland: "the 29th" is today there, and
     28 March has passed for this year."""
