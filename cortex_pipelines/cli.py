@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import uuid
 from contextlib import suppress
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -320,20 +321,20 @@ def run(
                 else f"indexing {backlog:,} messages not in memory yet"
             )
             _say(f"{what}: this run takes minutes (`cortex run -v` shows each step)")
-        before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not ours
+        before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not counted
+        run_id = str(uuid.uuid4())  # Dagster's kind of id, known before the run records its replies
         try:
             result = defs.resolve_job_def("cortex_main").execute_in_process(
                 instance=instance,
                 raise_on_error=False,
                 tags=in_process_tags(),
                 run_config={"loggers": {"console": {"config": {"log_level": level}}}},
+                run_id=run_id,
             )
         except KeyboardInterrupt:  # between steps, where Dagster does not turn it into a failure
             result = None
-    replies = db.run(outbox.added_after, before)
-    for reply in replies:
-        out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
-        _say(reply["text"])
+        finally:  # before the one-line error of a run that failed on its way (a full disk)
+            replies = _say_replies(db, before, run_id)
     if result is not None and result.success and settings.turn_ttl_days:
         _expire_turns(settings)
     if settings.run_history_days:
@@ -354,6 +355,22 @@ def run(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
             code=1,
         )
+
+
+_OUTBOX_LISTS = "`cortex outbox` lists those not delivered yet"
+
+
+def _say_replies(db: Database, before: int, run_id: str) -> list[dict]:
+    """The replies this run made. Those another process made meanwhile (a second `cortex run`, a
+    run of `cortex dev`) are that process's to print: here they are one line that counts them."""
+    made = db.run(outbox.added_after, before)
+    replies = [reply for reply in made if reply["run_id"] == run_id]
+    for reply in replies:
+        out.print(f"[bold]{reply['channel']}[/] ← #{reply['reply_to']}: ", end="")
+        _say(reply["text"])
+    if others := len(made) - len(replies):
+        _say(f"another process answered meanwhile: {others} repl(ies), not listed here ({_OUTBOX_LISTS})")
+    return replies
 
 
 def _cause(error) -> str:

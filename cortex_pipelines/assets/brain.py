@@ -42,7 +42,7 @@ def session_messages(
 ) -> MaterializeResult:
     db, config = database.get(), settings.get()
     client = cost.budgeted(db, config, "reply", llm.client(), context.log.warning) or OfflineClient()
-    brain = Brain(db, config, client, log=context.log.info)
+    brain = Brain(db, config, client, log=context.log.info, run_id=context.run_id)
     linger = None
     if config.brain_linger_seconds and planned_assets(context.instance, context.run) == {BRAIN_ASSET}:
         # Nothing in this run waits for this step: keep answering while the conversation goes on.

@@ -115,8 +115,10 @@ class Brain:
         log: Log = lambda _: None,
         inspect: Callable[[], dict] | None = None,
         embedder: Embedder | None = None,
+        run_id: str | None = None,
     ):
         self.db, self.settings, self.llm, self.log = db, settings, llm, log
+        self.run_id = run_id  # the Dagster run answering: recorded with each reply
         self.embedder = embedder  # None: the instance's model, loaded once per process when needed
         self.inspect = inspect  # the admin chat's view of the Dagster instance
 
@@ -417,7 +419,8 @@ class Brain:
         reply_id = append_reply(con, msg.id, channel, output.text or SILENCE, meta, owners)
         for target in routed.delivered:
             if target != ADMIN_CHANNEL:  # `cortex chat` delivers admin replies itself, from the session
-                outbox.add(con, msg.id, target, output.text, sorted(self.settings.owner_ids(target)))
+                to_owners = sorted(self.settings.owner_ids(target))
+                outbox.add(con, msg.id, target, output.text, to_owners, run_id=self.run_id)
         if speaks_for_owner(self.settings, msg) and routed.delivered and not output.silence:
             # Told the owner, not a stranger, and sent: a failed op only where it was asked.
             told = {op["id"] for op in self._failures_to_tell(msg, context)}

@@ -398,6 +398,12 @@ V14 = [
     )""",
 ]
 
+V15 = [
+    # The Dagster run whose brain made a reply (NULL: made outside a run, or before V15), so that
+    # `cortex run` prints the replies it made, not those another process made meanwhile.
+    "ALTER TABLE outbox ADD COLUMN run_id VARCHAR",
+]
+
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, V1),
     (2, V2),
@@ -413,4 +419,5 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (12, V12),
     (13, V13),
     (14, V14),
+    (15, V15),
 ]

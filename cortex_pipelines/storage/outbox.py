@@ -34,19 +34,22 @@ _NOBODY = "json_object('chat_id', NULL, 'thread', NULL, 'message_id', NULL)"
 _UNDELIVERED = "delivered_at IS NULL AND dead_lettered_at IS NULL"
 
 
-def add(con, bus_id: int, channel: str, text: str, owners: list[str] | None = None) -> None:
+def add(
+    con, bus_id: int, channel: str, text: str, owners: list[str] | None = None, run_id: str | None = None
+) -> None:
     """A reply on the message's own channel goes to its chat, thread and message. One sent to another
     channel ([[send_to:x]]) starts a new message in the conversation (chat and thread) where one of
-    `owners` last wrote there; with none, its chat_id is null and the connector dead-letters it."""
+    `owners` last wrote there; with none, its chat_id is null and the connector dead-letters it.
+    `run_id` names the Dagster run that made it (None outside a run)."""
     to, _ = addressed(con, bus_id, channel, owners or [])
     recipient = _RECIPIENT if to == bus_id else _NEW_MESSAGE
     con.execute(
         f"""
-        INSERT INTO outbox (bus_id, channel, text, reply_to, created_at, attempts, recipient)
-        SELECT ?, ?, ?, ?, ?, 0, coalesce((SELECT {recipient} FROM bus WHERE id = ?), {_NOBODY})
+        INSERT INTO outbox (bus_id, channel, text, reply_to, created_at, attempts, recipient, run_id)
+        SELECT ?, ?, ?, ?, ?, 0, coalesce((SELECT {recipient} FROM bus WHERE id = ?), {_NOBODY}), ?
         ON CONFLICT (bus_id, channel) DO NOTHING
         """,
-        [bus_id, channel, text, bus_id, utcnow(), to],
+        [bus_id, channel, text, bus_id, utcnow(), to, run_id],
     )
 
 
@@ -182,8 +185,11 @@ def last_id(con) -> int:
 
 
 def added_after(con, outbox_id: int) -> list[dict]:
+    """Replies newer than `outbox_id`, each with the run that made it (`run_id`)."""
     return dict_rows(
-        con.execute("SELECT channel, text, reply_to FROM outbox WHERE id > ? ORDER BY id", [outbox_id])
+        con.execute(
+            "SELECT channel, text, reply_to, run_id FROM outbox WHERE id > ? ORDER BY id", [outbox_id]
+        )
     )
 
 
