@@ -287,8 +287,6 @@ def run(
         out.print(f"fired {len(fired)} schedule(s)" + (f", {late} late" if late else ""))
     _report(ingest_settled(settings, db))  # what became of each file, not a deferral the job undoes
 
-    from dagster import DagsterInstance
-
     from cortex_pipelines.assets.brain import BRAIN_POOL
     from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
@@ -298,7 +296,7 @@ def run(
     from cortex_pipelines.memory.vectors import vector_store
 
     os.environ.update(dagster_env(settings))
-    with DagsterInstance.get() as instance:
+    with dagster_sqlite.open_instance(settings.paths.dagster_home) as instance:
         pools = (BRAIN_POOL, MEMORY_POOL)
         for dead in reap_dead_runs(instance, pools):
             _say(f"recovered: {dead.describe()}")
@@ -419,7 +417,6 @@ def _prune_run_history(settings: Settings) -> None:
     import sqlite3
     from datetime import timedelta
 
-    from dagster import DagsterInstance
     from dagster._core.errors import DagsterError
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -427,7 +424,7 @@ def _prune_run_history(settings: Settings) -> None:
 
     days = settings.run_history_days
     try:
-        with DagsterInstance.get() as instance:
+        with dagster_sqlite.open_instance(settings.paths.dagster_home) as instance:
             pruned = prune_runs(instance, clock.now() - timedelta(days=days), limit=RUNS_PER_CALL)
     except (SQLAlchemyError, sqlite3.Error, OSError, DagsterError) as exc:
         _say(f"cortex: warning: Dagster's run history not pruned now: {exc}", err)
@@ -1001,6 +998,8 @@ def dev(
         claim = claim_dev(settings.paths, f"http://{host}:{port}")
     except DevRunning as exc:
         _fail(f"`cortex dev` is already running in this home ({exc}): stop it, or set another CORTEX_HOME")
+    with dagster_sqlite.open_instance(settings.paths.dagster_home):
+        pass  # its storage made (under the lock) before Dagster's processes open it together
     workspace = settings.paths.dagster_workspace
     cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-p", str(port), "-h", host]
     _say(f"Dagster UI: http://{host}:{port}  (DAGSTER_HOME={settings.paths.dagster_home})")

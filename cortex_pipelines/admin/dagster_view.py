@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from cortex_pipelines.config import Settings
+from cortex_pipelines.storage.dagster_sqlite import open_instance
 
 
 def dagster_overview(settings: Settings, runs: int = 5) -> dict:
-    from dagster import AssetKey, DagsterInstance
+    from dagster import AssetKey
 
     from cortex_pipelines.definitions import defs
 
@@ -20,7 +21,7 @@ def dagster_overview(settings: Settings, runs: int = 5) -> dict:
     def stamp(ts: float | None) -> str | None:
         return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
-    with DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         records = instance.get_run_records(limit=runs)
         recent = [
             {

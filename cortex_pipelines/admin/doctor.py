@@ -401,11 +401,11 @@ def _runs_in_flight(dagster_home: Path) -> list[str]:
     """Dagster runs of this home in flight (after the dead ones are failed), with their process."""
     if not (dagster_home / "dagster.yaml").is_file():
         return []
-    from dagster import DagsterInstance, RunsFilter
+    from dagster import RunsFilter
 
     from cortex_pipelines.lanes import IN_FLIGHT, PID_TAG, reap_dead_runs, run_process
 
-    with DagsterInstance.from_config(str(dagster_home)) as instance:
+    with dagster_sqlite.open_instance(dagster_home) as instance:
         reap_dead_runs(instance)
         runs = instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT))
         pids = [run_process(instance, run.run_id) for run in runs]

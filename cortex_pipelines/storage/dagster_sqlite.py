@@ -9,16 +9,18 @@ any is VACUUMed, so its free pages keep no copy. Storage configured elsewhere (P
 as not cleaned.
 
 `history_size` measures the run history on disk for `cortex status`; run-history retention itself
-is storage/run_history.py.
+is storage/run_history.py. `open_instance` is how Cortex opens the instance.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import sqlite3
 import time
-from contextlib import closing, suppress
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,8 @@ import yaml
 from cortex_pipelines.files import write_atomic
 
 if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
     from cortex_pipelines.admin.redaction import Redactor
 
 _SQLITE = b"SQLite format 3\x00"
@@ -35,16 +39,39 @@ _BUSY_MS = 30_000
 _RUN_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
+@contextmanager
+def open_instance(dagster_home: Path) -> Iterator[DagsterInstance]:
+    """This home's Dagster instance, opened under an flock. The first open of a home creates and
+    migrates its SQLite storage (alembic): two commands doing it at once crashed, one with "table
+    alembic_version already exists", or both, leaving a version table with two heads that no later
+    open could read. A home that cannot take the lock file (read-only) can take no storage either."""
+    from dagster import DagsterInstance
+
+    try:
+        lock = open(dagster_home / "cortex-storage.lock", "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+    except OSError:
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as it closes, by the kernel if we die
+        instance = DagsterInstance.from_config(str(dagster_home))
+    finally:
+        if lock is not None:
+            lock.close()
+    with instance:
+        yield instance
+
+
 def live_runs(dagster_home: Path) -> list[str]:
     """Runs of this instance in flight now (runs whose process died are failed first): one could
     write a preview of a message while it is being erased."""
     if not (dagster_home / "dagster.yaml").is_file():
         return []
-    from dagster import DagsterInstance, RunsFilter
+    from dagster import RunsFilter
 
     from cortex_pipelines.lanes import IN_FLIGHT, reap_dead_runs
 
-    with DagsterInstance.from_config(str(dagster_home)) as instance:
+    with open_instance(dagster_home) as instance:
         reap_dead_runs(instance)
         return [run.run_id for run in instance.get_runs(filters=RunsFilter(statuses=IN_FLIGHT))]
 
@@ -55,9 +82,7 @@ def daemon_last_reported(dagster_home: Path) -> float | None:
     run and no file open, yet its sensors start runs at any moment."""
     if not (dagster_home / "dagster.yaml").is_file():
         return None
-    from dagster import DagsterInstance
-
-    with DagsterInstance.from_config(str(dagster_home)) as instance:
+    with open_instance(dagster_home) as instance:
         beats = instance.get_daemon_heartbeats().values()
     return time.time() - max(beat.timestamp for beat in beats) if beats else None
 
@@ -66,10 +91,9 @@ def clear_daemon_reports(dagster_home: Path) -> None:
     """Forget the daemon's reports once `cortex dev` has stopped, so nothing waits for them to age."""
     if not (dagster_home / "dagster.yaml").is_file():
         return
-    from dagster import DagsterInstance
     from sqlalchemy.exc import SQLAlchemyError
 
-    with suppress(SQLAlchemyError, sqlite3.Error), DagsterInstance.from_config(str(dagster_home)) as instance:
+    with suppress(SQLAlchemyError, sqlite3.Error), open_instance(dagster_home) as instance:
         instance.wipe_daemon_heartbeats()
 
 
