@@ -14,6 +14,8 @@ import json
 import re
 from collections.abc import Iterable
 
+from cortex_pipelines.publish.safe import REDACTED, redact_secrets
+
 MIN_CHARS = 8  # a shorter text ("ok") is found only by its provenance note: as a substring it is everywhere
 PREFIX_CHARS = 40  # what survives of a long text cut short for a table cell or a timeline line
 ERASED_LINE = "[erased]"
@@ -28,8 +30,13 @@ def fold(text: str) -> str:
 
 class Redactor:
     def __init__(self, texts: Iterable[str], session_ids: Iterable[int]):
-        pieces = {p for text in texts if text for p in (text, *text.splitlines())}
-        self.needles = sorted({f[:PREFIX_CHARS] for f in map(fold, pieces) if len(f) >= MIN_CHARS})
+        # A published copy had its secrets redacted ("my bank PIN is [redacted]"), and so had its
+        # Dagster previews: that form is a needle too, when enough of it is left besides the marker.
+        said = {t for text in texts if text for t in (text, redact_secrets(text))}
+        pieces = {p for text in said for p in (text, *text.splitlines())}
+        self.needles = sorted(
+            {f[:PREFIX_CHARS] for f in map(fold, pieces) if len(f.replace(REDACTED, "").strip()) >= MIN_CHARS}
+        )
         self.ids = {int(i) for i in session_ids}
         self._probes = self._probe_words()
 

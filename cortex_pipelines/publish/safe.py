@@ -10,6 +10,7 @@ escape, and only then shorten.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 REDACTED = "[redacted]"
 _NOT_REDACTED = r"(?!\[redacted\])"
@@ -22,7 +23,68 @@ _SECRET_WORD = (
 # A password is short and may be any word: after ":" or "=" whatever follows, after "is" a word with a
 # digit ("the password is hunter2", not "the password is wrong"); English and German.
 _PASSWORD_WORD = r"(?i:\b(?:password|passwort|kennwort|passwd|passphrase|pwd)s?\b)"
-SECRET_PATTERNS = [
+# A PIN or lock code looks like any short number (a year, a pin of a chip, a zip code): only the word
+# that announces it tells, so PIN, passcode, CVV, combination, a door/gate/alarm/locker/safe/… code or
+# "the code for the gate", never "code" alone ("the code is 200 lines", "status code 404", "zip code
+# 10115"). India's "pin code" (a postcode) is redacted too: hiding a postcode costs less than a PIN.
+_CODE_WORD = (
+    r"(?i:\b(?:pin(?:[ -]?(?:code|number|nummer))?|puk|pass[ -]?code|combination|cvv2?|cvc2?"
+    r"|(?:door|gate|garage|alarm|locker|safe|lock|padlock|security|access|entry|entrance|keypad|unlock)"
+    r"[ -]?code"
+    r"|code\s+(?:for|to|of)(?:\s+(?:the|my|our|your))?(?:\s+(?:front|back|main|bike))?"
+    r"\s+(?:door|gate|garage|alarm|locker|safe|lock|padlock|keypad|building|house|flat|apartment|entrance)"
+    r"|geheimzahl|geheimnummer|(?:zahlen)?kombination"
+    r"|(?:tür|haustür|tor|garagen|zugangs|alarm|tresor|schließfach|sicherheits|schloss)code)s?\b)"
+)
+# Then what it is said to be: after ":", "=" or "is" (also "the PIN for my card is", "PIN backup:"),
+# a value of 3 or more digits; straight after the word ("PIN 4417") 4 or more and not a year ("Pin 3
+# on the board", "access code 2024 rollout"). The value needs its digits ("the PIN is wrong" is not
+# one) and takes letters, dashes, spaced digit groups and a trailing # or *; a time, a decimal or a
+# date is no code.
+_CODE_ANNOUNCED = (
+    r"(?:\s+(?i:for|of|to|on|für|von|zum|zur|der|des)(?:\s+[^\s:=,;.!?]+){1,3}?|\s+[^\W\d_]+(?=\s*[:=]))?"
+    r"(?:\s*[:=]|\s+(?i:is|was|ist|war|lautet)(?:\s*:)?)\s*[\"'“‘]?"
+)
+
+
+def _code_value(digits: int) -> str:
+    return (
+        _NOT_REDACTED
+        + r"(?!\d{4}-\d\d-\d\d\b)(?P<secret>(?:"
+        + rf"(?=(?:[A-Za-z-]*\d){{{digits}}})[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
+        + rf"|(?=\d(?:[ -]?\d){{{digits - 1}}})\d+(?:[ -]\d+){{0,3}}"
+        + r")(?:[#*](?!\w))?)(?![\w-]|[:.,/]\d)"
+    )
+
+
+def _luhn(number: str) -> bool:
+    digits = [int(d) for d in reversed(number)]
+    return (sum(digits[0::2]) + sum(sum(divmod(2 * d, 10)) for d in digits[1::2])) % 10 == 0
+
+
+class _CardNumbers:
+    """A full payment-card number, whole or in the groups a card prints (4-4-4-4, Amex 4-6-5) with
+    spaces or dashes, that starts as the networks' numbers do (2 to 6) and passes the Luhn check:
+    the check is what keeps a long order number or a timestamp out, and no regex can do it."""
+
+    pattern = (
+        r"(?<![\w+.,/-])(?:[2-6]\d{12,18}|[2-6]\d{3}(?P<sep>[ -])\d{4}(?:(?P=sep)\d{4}){1,2}"
+        r"(?:(?P=sep)\d{1,4})?|3\d{3}(?P<amex>[ -])\d{6}(?P=amex)\d{4,5})(?![\w-]|[.,]\d)"
+    )
+    _regex = re.compile(pattern)
+
+    def _valid(self, match: re.Match[str]) -> bool:
+        number = re.sub(r"[ -]", "", match.group())
+        return 13 <= len(number) <= 19 and _luhn(number)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return next((m for m in self._regex.finditer(text) if self._valid(m)), None)
+
+    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
+        return self._regex.sub(lambda m: repl(m) if self._valid(m) else m.group(), text)
+
+
+SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers] = [
     # PEM blocks first, while their lines are still lines; an unterminated one runs to the end.
     re.compile(
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
@@ -54,6 +116,10 @@ SECRET_PATTERNS = [
         + _NOT_REDACTED
         + r"(?P<secret>(?=[^\s\"',;]*\d)[^\s\"',;]{4,})"
     ),
+    _CardNumbers(),
+    re.compile(_CODE_WORD + _CODE_ANNOUNCED + _code_value(3)),
+    re.compile(_CODE_WORD + r"\s+(?!(?:19|20)\d\d(?![\w-]))" + _code_value(4)),
+    re.compile(r"(?i:\b(?:cvv|cvc)2?s?\b)\s+" + _code_value(3)),  # a card's CVV/CVC has 3 or 4 digits
     re.compile(_SECRET_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]{6,})"),
     re.compile(
         _SECRET_WORD

@@ -9,6 +9,7 @@ file under out/ is read. test_untrusted_text.py covers the formats known before 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -98,3 +99,96 @@ def test_a_field_cut_anywhere_keeps_no_part_of_the_secret(kind):
     secret, template = SECRETS[kind]
     for limit in range(10, 80):
         assert secret[:6] not in one_line(template.format(secret), limit)
+
+
+# PINs and codes, as said and as published: the words stay, the value goes.
+CODES = [
+    ("My bank PIN is 4417", "My bank PIN is [redacted]"),
+    ("my locker code is 4471", "my locker code is [redacted]"),
+    ("the alarm code is 5520", "the alarm code is [redacted]"),
+    ("PIN: 4417", "PIN: [redacted]"),
+    ("PIN 4417", "PIN [redacted]"),
+    ("pin = 4417", "pin = [redacted]"),
+    ("PIN code is 0000, don't tell anyone", "PIN code is [redacted], don't tell anyone"),
+    ("Remember that my bank PIN is 4417-ZQX.", "Remember that my bank PIN is [redacted]."),
+    ("the PIN for my debit card is 5791", "the PIN for my debit card is [redacted]"),
+    ("My PIN is 1984", "My PIN is [redacted]"),  # a year is a PIN when it is said to be one
+    ("passcode: 908172", "passcode: [redacted]"),
+    ("the door code is 44-17", "the door code is [redacted]"),
+    ("the code for the gate is 1234#", "the code for the gate is [redacted]"),
+    ("the code to the front door is 4455", "the code to the front door is [redacted]"),
+    ("the combination is 12-34-56", "the combination is [redacted]"),
+    ("safe code is 12 34 56", "safe code is [redacted]"),
+    ('gate code is "4411"', 'gate code is "[redacted]"'),
+    ("keypad code 1397 then push", "keypad code [redacted] then push"),
+    ("entry code is 2580*", "entry code is [redacted]"),
+    ("security code: 123", "security code: [redacted]"),
+    ("CVV 123 and the CVC is 321", "CVV [redacted] and the CVC is [redacted]"),
+    ("Meine Geheimzahl ist 1234", "Meine Geheimzahl ist [redacted]"),
+    ("Der Türcode lautet 4711", "Der Türcode lautet [redacted]"),
+    ("Zugangscode: 99887", "Zugangscode: [redacted]"),
+    ("Die PIN für die Karte ist 2468", "Die PIN für die Karte ist [redacted]"),
+    ("my card is 4111 1111 1111 1111 thanks", "my card is [redacted] thanks"),
+    ("card 4111-1111-1111-1111", "card [redacted]"),
+    ("paid with 4012888888881881.", "paid with [redacted]."),
+    ("amex 3782 822463 10005", "amex [redacted]"),
+]
+# Said as they are, and published as they are: no secret in them.
+NOT_CODES = [
+    "PIN the meeting to the top, please.",
+    "The PIN is wrong, I locked the card.",
+    "I changed my PIN in 2024.",
+    "the postcode is SW1A 1AA",
+    "zip code 10115",
+    "code review is at 3",
+    "the code is broken",
+    "the code is 200 lines",
+    "the error code is 5003 again",
+    "the code freeze is at 14:00",
+    "Pin 3 on the board is ground, pin 12 too.",
+    "access code 2024 rollout",
+    "the PIN expires 2025-01-01",
+    "the door code is on the fridge",
+    "a combination of 3 drugs",
+    "order number 12345678",
+    "my phone number is 07700 900123",
+    "order 1234567890123 shipped",  # 13 digits, Luhn fails
+    "the card ends 4111 1111 1111 1112",  # a card's shape, Luhn fails
+    "created at 1700000000000 ms",  # a timestamp, no card network starts with 1
+    "version 4.12.3 is out",
+]
+
+
+@pytest.mark.parametrize(("said", "published"), CODES)
+def test_pins_codes_and_card_numbers_are_redacted_and_the_words_stay(said, published):
+    assert redact_secrets(said) == published
+    assert redact_secrets(published) == published  # nothing left to find once redacted
+
+
+@pytest.mark.parametrize("said", NOT_CODES)
+def test_sentences_about_pins_codes_and_numbers_are_not_redacted(said):
+    assert redact_secrets(said) == said
+
+
+# What the QA pass found in narrative.md and BOOTSTRAP.md: codes the owner told the assistant.
+OWNER_CODES = {"bank PIN": ("4417", "My bank PIN is {}"), "locker code": ("4471", "my locker code is {}")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_pin_the_owner_tells_is_in_no_published_file_and_recall_still_finds_it(tmp_path):
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    for code, template in OWNER_CODES.values():
+        cortex("send", "webchat", template.format(code), "--sender", "maya", home=home)
+    cortex("run", home=home, env={"CORTEX_COMPACTION_IDLE_MINUTES": "0"})
+
+    files = {p.name: p.read_text(encoding="utf-8") for p in (home / "out").iterdir() if p.is_file()}
+    assert {"narrative.md", "BOOTSTRAP.md", "memory_bulletin.md", "hot-snapshot.md"} <= set(files), files
+    assert "My bank PIN is [redacted]" in files["narrative.md"]
+    assert "my locker code is [redacted]" in files["BOOTSTRAP.md"]
+    for name, text in files.items():
+        for kind, (code, _) in OWNER_CODES.items():
+            assert not re.search(rf"(?<!\w){code}(?!\w)", text), f"the {kind} is in {name}"
+    for kind, (code, template) in OWNER_CODES.items():  # the brain's own memory keeps it
+        assert template.format(code) in cortex("recall", kind, home=home).stdout

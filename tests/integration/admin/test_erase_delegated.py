@@ -95,7 +95,7 @@ def test_matching_text_no_message_holds_any_more_is_scrubbed_from_dagster_storag
     matches" and left it."""
     home = tmp_path / "home"
     cortex("init", home=home)
-    cortex("pin", "Bank PIN hint: QZ-5521-PIN", "--label", "bank", home=home)
+    cortex("pin", "Bank card hint: QZ-5521-PIN", "--label", "bank", home=home)  # no PIN said: published
     cortex("send", "webchat", "I like green tea", "--sender", "maya", home=home)
     cortex("run", home=home)
     cortex("unpin", "1", home=home)
