@@ -17,10 +17,13 @@ diagnostic how often a question the user asked comes back among the top 5
 
 With --updates, the knowledge-update set instead: an old statement, `gap_days` later the new one, then
 the question; a question scores when the first hit (or the first term in the reply) carrying a current
-or a stale term carries a current one (current-value-first).
+or a stale term carries a current one (current-value-first). With --others, the changes are of
+people and things the user tells about ("The Berlin trip got moved to the 19th"), and a few pairs
+keep the older statement true ("kept": linking them is a false update).
 
     python -m bench.paraphrase --split check --json bench/results/paraphrase.json
     python -m bench.paraphrase --updates --split all      (figures to bench/results/updates-all.json)
+    python -m bench.paraphrase --updates --others --split tune
     python -m bench.paraphrase --split tune --recall-preset conversation
 """
 
@@ -30,10 +33,10 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -52,6 +55,10 @@ if TYPE_CHECKING:
 DATA = Path(__file__).parent / "data"
 CATEGORIES = ("preferences", "health", "people", "places", "possessions", "schedules", "work")
 SPLITS = ("tune", "check")
+# The update set's questions: on a value the newer statement replaced, and (updates_others.jsonl's
+# "neg-" pairs) on one it kept.
+UPDATE_GROUPS = ("updated", "kept")
+MSG_ID = re.compile(r"\bmsgs? (\d+(?:, \d+)*)")
 K = 5
 # A fixed timeline, so a run does not depend on the day it is made; the instance clock is moved to
 # its end (CORTEX_NOW as an offset, so it keeps running).
@@ -89,8 +96,15 @@ def load_distractors() -> list[dict]:
     return _jsonl("paraphrase_distractors.jsonl")
 
 
-def load_updates() -> list[dict]:
-    return _jsonl("updates.jsonl")
+def load_updates(others: bool = False) -> list[dict]:
+    """The user's own changes, or (`others`) changes of people and things the user tells about."""
+    return _jsonl("updates_others.jsonl" if others else "updates.jsonl")
+
+
+def kept(pair: dict) -> bool:
+    """A pair whose newer statement adds to the older one instead of replacing it ("neg-" ids):
+    linking the two is a false update, and the question asks for the older one's value."""
+    return pair["id"].startswith("neg-")
 
 
 def chosen(rows: list[dict], split: str) -> list[dict]:
@@ -395,8 +409,14 @@ def run_paraphrase(split: str, console: Console) -> dict:
 
 
 def same_pair(old: str, new: str) -> bool:
-    """Whether a detected link joins an update pair's old and new statement ("old:car" → "new:car")."""
-    return old.startswith("old:") and new.startswith("new:") and old[4:] == new[4:]
+    """Whether a detected link joins an update pair's old and new statement ("old:car" → "new:car"),
+    not of a pair whose newer statement keeps the older one."""
+    return (
+        old.startswith("old:")
+        and new.startswith("new:")
+        and old[4:] == new[4:]
+        and not new[4:].startswith("neg-")
+    )
 
 
 def links_by_half(links: list[tuple[str, str, float]], pairs: list[dict], split: str) -> dict:
@@ -415,14 +435,17 @@ def links_by_half(links: list[tuple[str, str, float]], pairs: list[dict], split:
         )
         out[name] = {
             "true": true,
-            "missed": sorted({p for p, h in half.items() if h == name} - {pair for pair, _ in true}),
+            "missed": sorted(
+                {p for p, h in half.items() if h == name and not p.startswith("neg-")}
+                - {pair for pair, _ in true}
+            ),
             "false": [link for link in links if not same_pair(link[0], link[1]) and half_of(link[1]) == name],
         }
     return out
 
 
-def run_updates(split: str, console: Console) -> dict:
-    pairs, distractors = load_updates(), load_distractors()
+def run_updates(split: str, console: Console, others: bool = False) -> dict:
+    pairs, distractors = load_updates(others), load_distractors()
     asked = chosen(pairs, split)
     turns = update_turns(pairs, distractors, asked)
     questions = {"q:" + p["id"]: p["question"] for p in asked}
@@ -432,6 +455,25 @@ def run_updates(split: str, console: Console) -> dict:
         return next(
             (kind for t in texts if (kind := first_term(t, pair["current_terms"], pair["stale_terms"]))), None
         )
+
+    def own(pair: dict, ranked: Ranked) -> list[str]:
+        """The hits that come from the pair's own statements (a fact drawn from one included): a
+        weekday or a month another pair says must not answer for this one."""
+        said = {inst.session["old:" + pair["id"]], inst.session["new:" + pair["id"]]}
+        return [t for t, sources in zip(ranked.texts, ranked.sources, strict=True) if said & set(sources)]
+
+    def own_lines(pair: dict, reply: str) -> list[str]:
+        """The reply's lines quoting the pair's statements (the offline reply names each line's
+        message: "…; msg 12)"); the whole reply when it names none."""
+        said = {inst.session["old:" + pair["id"]], inst.session["new:" + pair["id"]]}
+        quoting = [line for line in reply.splitlines() if MSG_ID.search(line)]
+        if not quoting:
+            return [reply]
+        return [
+            line
+            for line in quoting
+            if said & {int(n) for ids in MSG_ID.findall(line) for n in ids.split(", ")}
+        ]
 
     records = []
     for pair in asked:
@@ -443,12 +485,15 @@ def run_updates(split: str, console: Console) -> dict:
             "bm25": base["bm25"][key],
             "dense": base["dense"][key],
         }
-        firsts = {"reply": first(pair, [reply]), **{n: first(pair, r.texts) for n, r in runs.items()}}
+        firsts = {
+            "reply": first(pair, own_lines(pair, reply)),
+            **{n: first(pair, own(pair, r)) for n, r in runs.items()},
+        }
         records.append(
             {
                 "id": pair["id"],
                 "split": pair["split"],
-                "group": "all",
+                "group": "kept" if kept(pair) else "updated",
                 **{n: f == "current" for n, f in firsts.items()},
                 "first": firsts,
                 "reply_text": reply[:300],
@@ -456,13 +501,15 @@ def run_updates(split: str, console: Console) -> dict:
             }
         )
     return {
-        "set": "updates",
+        "set": "updates-others" if others else "updates",
         "measure": "current-value-first",
         "split": split,
         "k": K,
         "questions": len(asked),
         "pairs": len(pairs),
-        "systems": {m: summary(records, m, ()) for m in ("reply", "live", "settled", "bm25", "dense")},
+        "systems": {
+            m: summary(records, m, UPDATE_GROUPS) for m in ("reply", "live", "settled", "bm25", "dense")
+        },
         "update_links": links_by_half(inst.links, pairs, split),
         "timing": inst.timing,
         "questions_detail": records,
@@ -508,15 +555,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=(*SPLITS, "all"), default="check")
     parser.add_argument("--updates", action="store_true", help="the knowledge-update set instead")
+    parser.add_argument(
+        "--others",
+        action="store_true",
+        help="with --updates: changes of people and things the user tells about (updates_others.jsonl)",
+    )
     parser.add_argument("--recall-preset", default="default", help="a RecallConfig preset by name")
     parser.add_argument("--json", type=Path, default=None, help="default bench/results/<set>-<split>.json")
     args = parser.parse_args(argv)
     os.environ["CORTEX_RECALL_PRESET"] = args.recall_preset  # recall and the brain's auto-recall
     console = Console(width=120)
-    run: Callable[[str, Console], dict] = run_updates if args.updates else run_paraphrase
-    out = run(args.split, console)
+    if args.others and not args.updates:
+        parser.error("--others is a part of the update set: use it with --updates")
+    out = (
+        run_updates(args.split, console, args.others) if args.updates else run_paraphrase(args.split, console)
+    )
     out["recall_preset"] = args.recall_preset
-    print_tables(out, console, () if args.updates else CATEGORIES)
+    print_tables(out, console, UPDATE_GROUPS if args.updates else CATEGORIES)
     target = args.json or Path(f"bench/results/{out['set']}-{args.split}-{args.recall_preset}.json")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(out, indent=2) + "\n")

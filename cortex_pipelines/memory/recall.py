@@ -435,6 +435,7 @@ def _changes_first(
         config.co_recalled_update_same_attribute_min_cosine,
         attributes_of(query),
         config.co_recalled_update_asked_attribute_min_cosine,
+        config.update_same_subject_min_cosine,
     ):
         del hits[next(i for i, h in enumerate(hits) if h is new)]
         hits.insert(next(i for i, h in enumerate(hits) if h is old), new)

@@ -64,6 +64,13 @@ class RecallConfig:
     update_min_cosine: float = 0.5
     update_same_attribute_min_cosine: float = 0.2
     update_candidates: int = 5
+    # A change of someone or something else the user tells about ("The launch has been pushed back
+    # to April") supersedes an earlier statement opening with the same subject ("The product launch
+    # is set for the 4th of March") at this cosine; at query time, so may a later statement that says
+    # no change ("Rui's lessons are 45 euros an hour"), within `co_recalled_update_window`. None: off.
+    # bench/data/updates_others.jsonl tune half, current-value-first on replaced values 80 -> 95
+    # (0.4-0.6 alike, 0.7: 90), kept values 100, no false link once "as well" adds (memory/updates.py).
+    update_same_subject_min_cosine: float | None = 0.5
     update_attribute_candidates: int = 20
     # The same check at query time, for a change and an earlier statement one question found both
     # of in its top `co_recalled_update_window`: the shared question is evidence the write-time

@@ -15,7 +15,12 @@ from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.recall import Hit, recall
 from cortex_pipelines.memory.recall_config import preset
-from cortex_pipelines.memory.updates import announces_change, subject_of, superseded_statement
+from cortex_pipelines.memory.updates import (
+    announces_change,
+    changed_subject,
+    subject_of,
+    superseded_statement,
+)
 from cortex_pipelines.storage import Database, session, updates
 from cortex_pipelines.text import never_an_answer
 
@@ -33,7 +38,7 @@ def link_update(
     recall, one scan of the user's turns by the attribute's words (about 50 ms at 100,000 turns)
     and one small encode, only for the few turns that announce a change. Returns what it linked,
     as a log line, or None."""
-    if not announces_change(text):
+    if not announces_change(text) and not changed_subject(text):
         return None
     config = preset(settings.recall_preset)
     found = recall(db, settings, subject_of(text), k=config.update_candidates, exclude_sources={session_id})
@@ -48,6 +53,7 @@ def link_update(
         config.update_min_cosine,
         config.update_same_attribute_min_cosine,
         said_by,
+        config.update_same_subject_min_cosine,
     )
     if old is None:
         return None

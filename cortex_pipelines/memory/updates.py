@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from cortex_pipelines.memory.patterns import attributes_of
+from cortex_pipelines.memory.snapshot import STOP_WORDS
 from cortex_pipelines.text import never_an_answer, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
@@ -34,6 +35,8 @@ CHANGE = re.compile(
     r"stopped|gave up|given up|ditched|upgraded|downgraded|got rid of|(went|gone|going) back to|"
     r"relocated|transferred|retired|graduated|(broke|broken|split) up|traded|"
     r"(took|taken|accepted|got) (a|the) job|cut (back|down)|from now on|lately|"
+    # a plan that moved: "The launch has been pushed back to April", "brought forward to the 26th"
+    r"pushed (\w+ ){0,4}back|brought (\w+ ){0,4}forward|postponed|rescheduled|delayed|"
     r"this (year|month|week|term|season)|a different|got a new|been off|any longer|"
     r"since (january|february|march|april|may|june|july|august|september|october|november|december|"
     r"last \w+|\d{4}))\b"
@@ -109,6 +112,97 @@ RELATION_SUBJECT = re.compile(
 USER_PRONOUN = re.compile(
     r"\b(i|i'm|i've|i'd|i'll|me|myself|we|we're|we've|we'll|us|ich|mich|mir|wir|uns)\b", re.I
 )
+# Something the user tells about, as the subject a sentence opens with: "Joaquim charges 50 euros an
+# hour now", "The Berlin trip got moved to the 19th", "The Elm Street pharmacy closes at 8 these
+# days". Its words run up to the first word that reads as a verb; a pronoun or a word that only
+# leads in ("It", "There", "So") opens no subject.
+SUBJECT_LEADS = re.compile(r"^(?:the|a|an|this|that|these|those|his|her|their)$", re.I)
+NO_SUBJECT = re.compile(
+    r"^(?:i|i'm|i've|i'd|i'll|me|my|we|we're|we've|us|our|you|your|he|she|it|it's|they|there|"
+    r"here|this|that|what|who|which|so|well|ok|okay|yes|no|oh|btw|fyi|just|also|and|but)$",
+    re.I,
+)
+VERBISH = re.compile(
+    r"^(?:is|are|was|were|isn't|aren't|wasn't|weren't|has|have|had|hasn't|haven't|got|gets|will|"
+    r"won't|would|can|can't|could|does|doesn't|did|didn't|now|just|still|no|never|finally|also|"
+    r"always|usually|only|then|already|[a-z]+ed|[a-z]+(?<![su])s)$"
+)
+# A change that adds to what was true replaces nothing: "Wanjiru now sells coffee as well".
+ADDS = re.compile(r"\b(?:as well|too|also|in addition|on top of that|besides)\b", re.I)
+MAX_SUBJECT_WORDS = 4
+OWNED = re.compile(r"^(?:my|our)$", re.I)
+# Words that name nobody in particular: "Dr Osei" and "Dr Patel" share no subject.
+WEAK_SUBJECT_WORDS = STOP_WORDS | {
+    "dr",
+    "mr",
+    "mrs",
+    "ms",
+    "miss",
+    "prof",
+    "st",
+    "new",
+    "old",
+    "urgent",
+    "note",
+}
+_TOKEN = re.compile(r"[\w'’-]+")
+
+
+def opening_subject(sentence: str, told: bool = False) -> frozenset[str]:
+    """The words of the subject a sentence opens with, lower case, without a possessive "'s"
+    ("Joaquim's rate is …": joaquim, rate); empty when it opens with a pronoun or no verb follows
+    within MAX_SUBJECT_WORDS. `told`: a subject of the user's may open it too ("My uncle Farid
+    runs a coffee shop": uncle, farid), as an earlier statement the change is compared with."""
+    tokens = _TOKEN.findall(sentence)
+    while tokens and (SUBJECT_LEADS.match(tokens[0]) or (told and OWNED.match(tokens[0]))):
+        tokens = tokens[1:]
+    if not tokens or NO_SUBJECT.match(tokens[0]) or FIRST_PERSON.match(tokens[0]):
+        return frozenset()
+    words = []
+    for token in tokens[: MAX_SUBJECT_WORDS + 1]:
+        if VERBISH.match(token):
+            break
+        words.append(re.sub(r"['’]s$", "", token).lower())
+    else:
+        return frozenset()
+    return frozenset(w for w in (w.strip("'’") for w in words) if w and w not in WEAK_SUBJECT_WORDS)
+
+
+def changed_subject(text: str) -> frozenset[str]:
+    """What a statement tells a change of when it is neither about the user nor news of someone by
+    name or relation (`changed_person`): the subject of its first sentence that says a change and
+    does not speak of the user ("The Berlin trip got moved to the 19th": berlin, trip)."""
+    if never_an_answer(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
+        return frozenset()
+    for sentence in split_sentences(text):
+        if (
+            says_change(sentence)
+            and not ADDS.search(sentence)
+            and not USER_PRONOUN.search(sentence)
+            and not FIRST_PERSON.search(sentence)
+        ) and (subject := opening_subject(sentence)):
+            return subject
+    return frozenset()
+
+
+def told_subject(text: str) -> frozenset[str]:
+    """The subject a statement about someone or something else opens with, change or not."""
+    if never_an_answer(text):
+        return frozenset()
+    said = next(iter(split_sentences(text)), "")
+    return (
+        opening_subject(said)
+        if said and not (USER_PRONOUN.search(said) or ADDS.search(said))
+        else frozenset()
+    )
+
+
+def same_subject(subject: frozenset[str], text: str) -> bool:
+    """Whether a statement opens one of its sentences with a subject sharing a word with `subject`
+    ("The pharmacy on Elm Street closes at 6" and "The Elm Street pharmacy …")."""
+    return any(subject & opening_subject(s, told=True) for s in split_sentences(text))
+
+
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
 NOT_STATEMENTS = frozenset({"cron", "router"})
 MIN_SUBJECT_WORDS = 3
@@ -201,6 +295,8 @@ def superseded_statement(
     min_cosine: float,
     same_attribute_min_cosine: float,
     said_by: tuple[str, str | None] | None = None,
+    same_subject_min_cosine: float | None = None,
+    restatement: bool = False,
 ) -> tuple[list[int], float] | None:
     """Which earlier owner statement a turn announcing a change supersedes: among what recall
     `found` for it, the one closest in meaning (unit vectors from `encode`) that reaches
@@ -211,8 +307,14 @@ def superseded_statement(
     news. `said_by`, the new statement's (channel, sender): on its channel, a turn another sender
     said is another person's, whatever their changes (two owners in one chat, as LoCoMo's speakers:
     linking either's statements by the other's changes cost R@10 2.0 on its tune half), while on
-    another channel the owner's own statements go by other ids. Returns its session ids and the
-    cosine."""
+    another channel the owner's own statements go by other ids. A change of something else the
+    user tells about (`changed_subject`: "The Berlin trip got moved to the 19th") supersedes only an
+    earlier owner statement opening with the same subject, at `same_subject_min_cosine`; with
+    `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour").
+    Returns its session ids and the cosine."""
+    subject = frozenset()
+    if same_subject_min_cosine is not None and not announces_change(new_text):
+        subject = told_subject(new_text) if restatement else changed_subject(new_text)
     earlier = [
         m
         for m in found
@@ -225,11 +327,18 @@ def superseded_statement(
             m.fact_id is not None
             or (
                 is_owner(m.channel or "", m.sender)
-                and (FIRST_PERSON.search(m.text) or attributes_of(m.text) or corrects(new_text))
+                and (
+                    FIRST_PERSON.search(m.text)
+                    or attributes_of(m.text)
+                    or corrects(new_text)
+                    or (subject and same_subject(subject, m.text))
+                )
             )
         )
     ]
-    if person := changed_person(new_text):
+    if subject:
+        earlier = [m for m in earlier if same_subject(subject, m.text)]
+    elif person := changed_person(new_text):
         earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text, re.IGNORECASE)]
     else:  # and the user's own change never supersedes news of someone else ("Tom's at Spotify now")
         earlier = [m for m in earlier if changed_person(m.text) is None]
@@ -238,7 +347,14 @@ def superseded_statement(
     vectors = encode([subject_of(new_text), *(subject_of(m.text) for m in earlier)])
     cosines = vectors[1:] @ vectors[0]
     named = attributes_of(new_text)
-    needed = [same_attribute_min_cosine if named & attributes_of(m.text) else min_cosine for m in earlier]
+    needed = [
+        same_subject_min_cosine
+        if subject
+        else same_attribute_min_cosine
+        if named & attributes_of(m.text)
+        else min_cosine
+        for m in earlier
+    ]
     reached = [i for i in range(len(earlier)) if cosines[i] >= needed[i]]
     if not reached:
         return None
@@ -278,6 +394,7 @@ def co_recalled_updates(
     same_attribute_min_cosine: float,
     asked: frozenset[str],
     asked_attribute_min_cosine: float,
+    same_subject_min_cosine: float | None = None,
 ) -> list[tuple[Ranked, Ranked]]:
     """Updates the write-time check missed, seen at query time: a statement announcing a change
     ("My doctor put me on cetirizine instead") found by the same question as an earlier statement of
@@ -298,8 +415,12 @@ def co_recalled_updates(
             or new.updated_by is not None
             or new.channel in NOT_STATEMENTS
             or (new.fact_id is None and not is_owner(new.channel or "", new.sender))
-            or not announces_change(new.text)
         ):
+            continue
+        changes = announces_change(new.text) or (
+            same_subject_min_cosine is not None and changed_subject(new.text)
+        )
+        if not changes and (same_subject_min_cosine is None or not told_subject(new.text)):
             continue
         earlier = [h for h in hits[:rank] if id(h) not in claimed and h.at is not None and h.at < new.at]
         shared = asked & attributes_of(new.text)
@@ -316,7 +437,15 @@ def co_recalled_updates(
                 asked_attribute_min_cosine,
             )
         ) or superseded_statement(
-            new.text, new.sources[0], earlier, is_owner, encode, min_cosine, same_attribute_min_cosine
+            new.text,
+            new.sources[0],
+            earlier,
+            is_owner,
+            encode,
+            min_cosine,
+            same_attribute_min_cosine,
+            same_subject_min_cosine=same_subject_min_cosine,
+            restatement=not changes,
         ):
             old = next(h for h in earlier if list(h.sources) == found[0])
             claimed.add(id(old))

@@ -27,8 +27,10 @@ from cortex_pipelines.memory.recall_config import RecallConfig
 from cortex_pipelines.memory.updates import (
     announces_change,
     changed_person,
+    changed_subject,
     co_recalled_updates,
     newest_successors,
+    same_subject,
     subject_of,
     superseded_statement,
 )
@@ -671,3 +673,62 @@ def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
         3,
         (7,),
     )
+
+
+@pytest.mark.slow
+def test_a_plan_or_a_person_the_user_told_about_is_answered_with_its_latest_state(tmp_path):
+    """A change of something or someone else the user tells about supersedes what they had said of
+    it ("The Ghent trip got moved to the 19th" had left "the 12th" answered first), and a change
+    that adds to it, or is about something else, supersedes nothing (QA, helper-37)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    said = [
+        ("-14d", "The Ghent trip is on the 12th of May."),
+        ("-14d", "Imogen runs the bike shop on Quay Street."),
+        ("-13d", "Tobias charges 40 euros an hour for piano lessons."),
+        ("-2d", "The Ghent trip got moved to the 19th."),
+        ("-2d", "Imogen now does repairs as well."),
+        ("-1d", "Tobias charges 55 euros an hour now."),
+    ]
+    for when, text in said:
+        cortex("--now", when, "send", "webchat", text, home=home)
+    cortex("send", "webchat", "when is the Ghent trip?", home=home)
+    cortex("run", home=home)
+    replies = {r["reply_to"]: r["text"] for r in _json(cortex("outbox", "--json", home=home))}
+    trip = replies[max(replies)]
+    assert trip.index("19th") < trip.index("12th"), trip
+    first = _json(cortex("recall", "when is the Ghent trip", "-k", "3", "--json", home=home))[0]
+    assert "19th" in first["text"], first
+    rate = _json(cortex("recall", "how much are Tobias's piano lessons", "-k", "3", "--json", home=home))
+    assert "55" in rate[0]["text"] and any("40" in h["text"] and h.get("updated_by") for h in rate), rate
+    shop = _json(cortex("recall", "what does Imogen run", "-k", "3", "--json", home=home))
+    bike = next(h for h in shop if "bike shop" in h["text"])
+    assert "updated_by" not in bike, shop  # "as well" adds a trade; she still runs the shop
+
+
+@pytest.mark.parametrize(
+    ("text", "subject"),
+    [
+        ("The Ghent trip got moved to the 19th.", {"ghent", "trip"}),
+        ("Tobias charges 55 euros an hour now.", {"tobias"}),
+        ("Tobias's rate is 55 now.", {"tobias", "rate"}),
+        ("The launch party has been pushed back to April.", {"launch", "party"}),
+        ("Dr Mensah no longer works Mondays.", {"mensah"}),  # a title names nobody alone
+        ("Imogen now does repairs as well.", set()),  # adds, replaces nothing
+        ("It's raining now, ugh.", set()),  # a pronoun opens no subject
+        ("I moved to Porto last week.", set()),  # the user's own change: announces_change's
+        ("The Ghent trip is on the 12th of May.", set()),  # no change said
+        ("Kenji says Osaka is unbearably humid right now.", set()),  # "right now" is no change
+        ("when did the Ghent trip get moved?", set()),  # a question states nothing
+    ],
+)
+def test_what_a_change_of_someone_or_something_else_is_about(text, subject):
+    assert changed_subject(text) == subject
+
+
+def test_an_earlier_statement_must_open_with_the_changed_subject():
+    """ "Paris is in chaos now" is no update of "I work in Paris": Paris is not what that one is about."""
+    assert same_subject(frozenset({"paris"}), "Paris is lovely in spring.")
+    assert not same_subject(frozenset({"paris"}), "I work in Paris.")
+    assert same_subject(frozenset({"farid"}), "My uncle Farid runs a café in Leeds.")  # the user's uncle
+    assert not same_subject(frozenset({"osei"}), "Dr Mensah is my GP.")

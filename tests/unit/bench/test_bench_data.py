@@ -108,3 +108,22 @@ def test_updates(updates, distractors):
         for where, text in texts:
             if not where.startswith(f"{u['id']} "):
                 assert not terms & set(stems(text)), f"{u['id']}'s terms are also in {where}: {text!r}"
+
+
+def test_updates_of_others():
+    """Changes of people and things the user tells about, and "neg-" pairs whose newer statement
+    keeps the older one true: their terms are the older one's, and nothing is stale. A weekday or a
+    month may recur in other pairs: the bench counts only hits drawn from the pair's own statements."""
+    pairs = load_updates(others=True)
+    assert len(pairs) >= 40 and len({p["id"] for p in pairs}) == len(pairs)
+    for p in pairs:
+        assert set(p) == UPDATE_KEYS and p["split"] in SPLITS, p["id"]
+        old, new = set(stems(p["old"])), set(stems(p["new"]))
+        current, stale = term_stems(p["current_terms"]), term_stems(p["stale_terms"])
+        if p["id"].startswith("neg-"):
+            assert current and current <= old and not stale, p["id"]
+        else:
+            assert current and current <= new and not current & old, p["id"]
+            assert stale and stale <= old and not stale & new, p["id"]
+    assert_balanced(pairs, None)
+    assert_balanced([p for p in pairs if p["id"].startswith("neg-")], None)
