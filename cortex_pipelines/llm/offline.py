@@ -285,6 +285,8 @@ def _reminder(firing: dict) -> str:
         due, missed = firing.get("due_at"), int(firing.get("missed") or 0)
         before = f", and {missed} time(s) before that" if missed else ""  # folded into this one
         text += f" (this was due {_when(due)}{before}; I'm late because I was not running)"
+    elif missed := int(firing.get("missed") or 0):  # on time now, missed before
+        text += f" (I was not running for the {missed} time(s) before this one)"
     if firing.get("rerouted"):  # the firing says where its reply goes, and why not where it was asked
         text += f" ({firing['rerouted']})"
     return text

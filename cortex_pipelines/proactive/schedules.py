@@ -305,6 +305,8 @@ def _firing_text(
     if late:
         note = f" It was due at {when} and is delivered late because Cortex was not running"
         note += f" ({missed} earlier firing(s) were folded into this one)." if missed else "."
+    elif missed:  # this firing is on time, the ones before it were missed: say so all the same
+        note = f" Cortex was not running for its {missed} earlier firing(s), folded into this one."
     if rerouted:
         note += f" {rerouted[0].upper()}{rerouted[1:]}: say so in the reply."
     text = f"Scheduled job {job['id']} ({job['description']}) is due, {when}.{note}\nAction: {job['action']}"

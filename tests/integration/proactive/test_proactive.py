@@ -118,6 +118,18 @@ def test_firings_missed_while_down_are_delivered_once_and_marked_late(settings, 
     assert "(this was due Thu 26 Mar at 09:00, and 3 time(s) before that; I'm" in reply.replies[0]["text"]
 
 
+def test_firings_missed_while_down_are_told_when_the_latest_is_on_time(settings, db, monkeypatch):
+    """Back up just as a firing falls due: that one is on time, but the three before it were missed,
+    and the reply had said nothing of them (QA, helper-48)."""
+    job_id = _create_daily_review(settings, db, monkeypatch)
+    _at(monkeypatch, "2026-03-26T08:00:05+00:00")  # Thursday 09:00:05 CET: Mon, Tue, Wed missed
+    fired = _fire(db, settings)
+    assert [(f.job_id, f.late, f.missed) for f in fired] == [(job_id, False, 3)]
+    assert "3 earlier firing(s)" in _cron_rows(db)[0]["text"]  # what a model is told
+    reply = Brain(db, settings, OfflineClient()).drain()
+    assert "(I was not running for the 3 time(s) before this one)" in reply.replies[0]["text"]
+
+
 def test_daily_nine_oclock_in_berlin_keeps_its_wall_clock_across_the_march_change(settings, db, monkeypatch):
     now = _at(monkeypatch, "2026-03-27T12:00:00+00:00")
     request = schedules.ScheduleRequest(
