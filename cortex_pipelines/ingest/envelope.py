@@ -21,7 +21,7 @@ from cortex_pipelines.config import (
     check_sender_id,
     is_firing,
 )
-from cortex_pipelines.storage.bus import CONTENT_ID_PREFIX
+from cortex_pipelines.storage.bus import CONTENT_ID_PREFIX, content_id_keys
 
 Priority = Literal["urgent", "normal", "background"]
 PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
@@ -127,13 +127,17 @@ def parse_timestamp(raw: str | None, now: datetime) -> datetime:
     return ts.astimezone(UTC).replace(tzinfo=None)
 
 
-def content_id(env: Envelope) -> str:
-    """Stable id for messages that arrive without one, so a re-sent file is not a new message."""
-    basis = json.dumps(
-        [env.channel, env.sender, env.text, env.timestamp, env.thread or env.topic],
-        ensure_ascii=False,
-    )
-    return CONTENT_ID_PREFIX + hashlib.sha256(basis.encode()).hexdigest()[:32]
+def content_id(env: Envelope, old: bool = False) -> str:
+    """Stable id for messages that arrive without one, so a re-sent file is not a new message: its
+    channel, sender, words, timestamp and thread, and what says where it belongs or what it answers
+    (`bus.content_id_keys`: chat, message, op, reply_to), so a second chat's "yes" or a second op's
+    "No results found." is a message of its own. With none of those the id is made as before they
+    counted, so most ids never changed; `old` makes it that way whatever they are."""
+    basis: list = [env.channel, env.sender, env.text, env.timestamp, env.thread or env.topic]
+    if not old and (keys := content_id_keys(env.reply_to, env.metadata)):
+        basis.append(keys)
+    encoded = json.dumps(basis, ensure_ascii=False)
+    return CONTENT_ID_PREFIX + hashlib.sha256(encoded.encode()).hexdigest()[:32]
 
 
 def validate(
@@ -186,9 +190,13 @@ def validate(
     metadata = _metadata_json(env.metadata)
     if unicodedata.is_normalized("NFC", env.text) is False:
         env = env.model_copy(update={"text": unicodedata.normalize("NFC", env.text)})
+    external_id = env.external_id or content_id(env)
+    # A home may hold this message under the id it had before its chat, op or reply counted.
+    old_id = content_id(env, old=True) if not env.external_id else None
     return {
         "channel": env.channel,
-        "external_id": env.external_id or content_id(env),
+        "external_id": external_id,
+        "old_content_id": old_id if old_id != external_id else None,
         "sender": env.sender,
         "text": env.text,
         "priority": env.priority,

@@ -46,6 +46,24 @@ class BusMessage:
 
 # The external id a message gets from its content when its sender gave none (`envelope.content_id`).
 CONTENT_ID_PREFIX = "sha256:"
+# What says where such a message belongs or what it answers, beside its words: the chat
+# (conversations.py, outbox.py), the connector's message, the op a router result completes (ops.py)
+# and the message it replies to. Two messages that differ in one of these are two messages.
+CONTENT_ID_KEYS = ("chat_id", "message_id", "op_id", "op_ref")
+
+
+def content_id_keys(reply_to: str | None, metadata: dict) -> list[list[str]]:
+    """The [name, value] pairs of a message's CONTENT_ID_KEYS (metadata) and reply_to that are set,
+    values as text: chat_id 7 and "7" are one chat, as in the conversation key. Empty when none is,
+    and then its content id is made the way it was before these counted."""
+    fields = {"reply_to": reply_to, **{key: metadata.get(key) for key in CONTENT_ID_KEYS}}
+    pairs = []
+    for name, value in fields.items():
+        if value is None or value == "":
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        pairs.append([name, text])
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -55,14 +73,44 @@ class EnqueueResult:
     inserted_by_source: dict[str, int] = field(default_factory=dict)
 
 
+def stored_under_old_id(con, rows: list[dict]) -> dict[int, int]:
+    """Rows (by position) already in the bus under the content id their message had before
+    CONTENT_ID_KEYS counted (`old_content_id`, set only where it differs), with the same values of
+    those keys: {position: bus id}. A file dropped before the upgrade and again after is one message."""
+    wanted = {n: row for n, row in enumerate(rows) if row.get("old_content_id")}
+    if not wanted:
+        return {}
+    stored = con.execute(
+        "SELECT id, channel, external_id, reply_to, metadata FROM bus "
+        "WHERE external_id IN (SELECT unnest(?::VARCHAR[]))",
+        [sorted({row["old_content_id"] for row in wanted.values()})],
+    ).fetchall()
+    by_id = {
+        (channel, ext): (bus_id, content_id_keys(reply_to, json.loads(meta) if meta else {}))
+        for bus_id, channel, ext, reply_to, meta in stored
+    }
+    known = {}
+    for n, row in wanted.items():
+        found = by_id.get((row["channel"], row["old_content_id"]))
+        keys = content_id_keys(row.get("reply_to"), json.loads(row.get("metadata") or "{}"))
+        if found and found[1] == keys:
+            known[n] = found[0]
+    return known
+
+
 def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> EnqueueResult:
     """Insert validated rows in one statement through Arrow, in order; existing (channel,
-    external_id) win, and an erased message's id stays out (counted with the duplicates). A row may
-    name its own `source` (the file it came from)."""
+    external_id) win, as does a message stored under its old content id (`stored_under_old_id`), and
+    an erased message's id stays out (all counted with the duplicates). A row may name its own
+    `source` (the file it came from)."""
     if not rows:
         return EnqueueResult([], 0)
+    known = stored_under_old_id(con, rows)
+    fresh = [row for n, row in enumerate(rows) if n not in known]
+    if not fresh:
+        return EnqueueResult([], len(rows))
     frame = pl.DataFrame(  # noqa: F841 - read by DuckDB's replacement scan
-        [{**row, "source": row.get("source", source), "ordinal": n} for n, row in enumerate(rows)],
+        [{**row, "source": row.get("source", source), "ordinal": n} for n, row in enumerate(fresh)],
         schema={**_ROW_SCHEMA, "source": pl.String, "ordinal": pl.Int64},
     )
     inserted = con.execute(
@@ -97,13 +145,16 @@ def died_with(con, bus_id: int, error: str) -> None:
 
 def enqueue_one(con, row: dict, source: str) -> tuple[int | None, bool]:
     """Insert one validated row; (its bus id, False), or (the id of the message already there with
-    its (channel, external_id), True), or (None, True) when a message of that id was erased."""
+    its (channel, external_id), or its old content id, True), or (None, True) when a message of that
+    id was erased."""
     result = enqueue_rows(con, [row], source)
     if result.inserted:
         return result.inserted[0], False
     found = con.execute(
         "SELECT id FROM bus WHERE channel = ? AND external_id = ?", [row["channel"], row["external_id"]]
     ).fetchone()
+    if found is None and (old := stored_under_old_id(con, [row])):
+        return old[0], True
     return (found[0] if found else None), True
 
 
