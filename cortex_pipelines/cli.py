@@ -55,7 +55,7 @@ from cortex_pipelines.storage import Database, dagster_sqlite, outbox
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import AFTER_IMPORT, BackupError, NoSuchBackup
 from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
-from cortex_pipelines.storage.facts import CATEGORIES
+from cortex_pipelines.storage.facts import CATEGORIES, DELEGATED_RESULT
 from cortex_pipelines.storage.health import as_store_damaged, one_line
 from cortex_pipelines.storage.lease import want_lane
 
@@ -604,8 +604,10 @@ RECALL_SHOWN_CHARS = 300  # a pasted 64 KiB message filled the terminal
 
 
 def _said_by(settings: Settings, hit: Hit) -> str:
-    """Who said a hit, when not the owner (a fact is the owner's), in the brain's words: otherwise a
-    stranger's "I live in Moscow" read as yours."""
+    """Who said a hit, when not the owner (a fact is the owner's, unless a delegated task's result),
+    in the brain's words: otherwise a stranger's "I live in Moscow" read as yours."""
+    if hit.delegated:
+        return f" · {DELEGATED_RESULT}"
     if hit.fact_id is not None or settings.said_by_owner(hit.channel or "", hit.sender):
         return ""
     return f" · {shorten(hit.sender or 'unknown sender', 40)} (not the owner)"

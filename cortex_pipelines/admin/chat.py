@@ -27,6 +27,7 @@ from cortex_pipelines.proactive.supervision import system_overview
 from cortex_pipelines.storage import Database, bus, lease
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.bus import enqueue_rows
+from cortex_pipelines.storage.facts import DELEGATED_RESULT
 from cortex_pipelines.storage.session import reply_text
 
 HELP = """Slash commands (the same tools the brain has here):
@@ -165,7 +166,8 @@ class AdminChat:
         note_use(self.db, self.settings, hits)
         lines = [
             f"{n}. {h.text}  ({'fact ' + str(h.fact_id) + ', ' if h.fact_id else ''}"
-            f"{h.channel or '?'} {h.at:%Y-%m-%d}, messages {h.sources})"
+            f"{h.channel or '?'}{f' · {DELEGATED_RESULT}' if h.delegated else ''} {h.at:%Y-%m-%d}, "
+            f"messages {h.sources})"
             for n, h in enumerate(hits, 1)
         ]
         return "\n".join(lines) or "nothing found"

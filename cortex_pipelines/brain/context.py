@@ -27,7 +27,7 @@ from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import conversations, utcnow
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage, unshown_failures
-from cortex_pipelines.storage.facts import hot_for_floor
+from cortex_pipelines.storage.facts import DELEGATED_RESULT, hot_for_floor
 from cortex_pipelines.storage.session import (
     conversation_history,
     conversation_of,
@@ -90,8 +90,10 @@ class Context:
                 continue
             when = f"{hit.at:%Y-%m-%d}" if hit.at else "undated"
             since = f"; no longer current: updated in msg {hit.updated_by}" if hit.updated_by else ""
+            # Another agent's text, said so before a word of it: the block is what the user said.
+            whose = f"[{DELEGATED_RESULT}] " if hit.delegated else ""
             line = (
-                f"- {one_line(hit.text, 600)} ({hit.tier}, {one_line(hit.channel or '?', 32)} {when}; "
+                f"- {whose}{one_line(hit.text, 600)} ({hit.tier}, {one_line(hit.channel or '?', 32)} {when}; "
                 f"msg {', '.join(map(str, hit.sources[:5]))}{since})"
             )
             cost = estimate_tokens(line)
@@ -183,8 +185,9 @@ def _ops_section(ops: list[dict], note: str | None) -> str:
     for op in ops:
         if op["status"] == "pending":
             lines.append(f"[PENDING] {op['id']}: {op['description'][:200]}")
-        elif op["status"] == "completed":
-            lines.append(f"[NEW RESULT] {op['id']}: {op['description'][:120]} → {op['result'][:800]}")
+        elif op["status"] == "completed":  # another agent's text: one line, so no line of it is a header
+            result = one_line(op["result"], 800)
+            lines.append(f"[NEW RESULT] {op['id']}: {op['description'][:120]} → {result}")
         else:
             lines.append(
                 f"[FAILED] {op['id']}: {op['description'][:120]} — {op['result']}. "

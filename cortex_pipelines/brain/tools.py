@@ -322,14 +322,15 @@ class ToolRunner:
         return control.Caller("brain", self.session_id, self.message.channel, self.message.sent_at)
 
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
-        """Hits with whether the owner said them: another sender's turn is theirs, not the user's."""
+        """Hits with whether the owner said them: another sender's turn is theirs, not the user's,
+        and a delegated task's result (a fact of origin `op_harvest`) another agent's."""
         hits = recall(self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id})
         note_use(self.db, self.settings, hits)
         return [
             {
                 **hit.as_dict(),
-                "said_by_owner": hit.fact_id is not None
-                or self.settings.said_by_owner(hit.channel or "", hit.sender),
+                "said_by_owner": not hit.delegated
+                and (hit.fact_id is not None or self.settings.said_by_owner(hit.channel or "", hit.sender)),
             }
             for hit in hits
         ]

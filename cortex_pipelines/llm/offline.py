@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.proactive import english, schedules
+from cortex_pipelines.storage.facts import OP_HARVEST
 from cortex_pipelines.text import (
     asks,
     asks_to_forget,
@@ -330,7 +331,9 @@ def _quote(hit: dict) -> str:
     text = " ".join(str(hit["text"]).split())
     if len(text) > 240:
         text = text[:237] + "..."
-    if hit.get("said_by_owner") is False:  # someone else's words, never presented as the user's
+    if hit.get("origin") == OP_HARVEST:  # another agent's text, never presented as the user's
+        text = f"a delegated task's result (not you): {text}"
+    elif hit.get("said_by_owner") is False:  # someone else's words, never presented as the user's
         text = f"{' '.join(str(hit.get('sender') or 'someone').split())[:40]} (not you) said: {text}"
     where = ", ".join(str(v) for v in (hit.get("channel"), hit.get("date")) if v)
     sources = hit.get("sources") or []

@@ -13,6 +13,7 @@ from cortex_pipelines.memory.pipeline import EXTRACTION_CURSOR
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import Database, cursors, facts
+from cortex_pipelines.storage.facts import DELEGATED_RESULT, OP_HARVEST
 
 PREVIEW_FACTS = 50  # of the facts one run wrote
 CURRENT_FACTS = 200  # of the current memory, the most important
@@ -29,12 +30,17 @@ def _sources(ids: list[int]) -> str:
     return f"{shown} … (+{len(ids) - SHOWN_SOURCES})" if len(ids) > SHOWN_SOURCES else shown
 
 
+def _whose(row: dict) -> str:
+    """A delegated task's result is marked, as everywhere it is shown: not the owner's words."""
+    return f"{DELEGATED_RESULT}: " if row.get("origin") == OP_HARVEST else ""
+
+
 def fact_table(rows: Iterable[dict]) -> str:
     """Facts (id, categories, importance, tier, text, sources) as a markdown table."""
     lines = ["| id | categories | imp | tier | fact | sources |", "|---|---|---|---|---|---|"]
     lines += [
         f"| {r['id']} | {one_line(', '.join(r['categories']), 80)} | {r['importance']:g} | {r['tier']} "
-        f"| {one_line(r['text'], 120)} | {_sources(list(r['sources']))} |"
+        f"| {_whose(r)}{one_line(r['text'], 120)} | {_sources(list(r['sources']))} |"
         for r in rows
     ]
     return "\n".join(lines)

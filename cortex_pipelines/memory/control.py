@@ -27,7 +27,7 @@ from cortex_pipelines.memory.pipeline import save_fact, sync_facts
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
 from cortex_pipelines.publish import boot, bulletin, narrative
 from cortex_pipelines.storage import Database, facts, session, utcnow
-from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
+from cortex_pipelines.storage.facts import CATEGORIES, DELEGATED_RESULT, OP_HARVEST, FactDraft
 from cortex_pipelines.storage.session import PIN_LIMIT
 from cortex_pipelines.text import collapse_spaces, never_an_answer
 
@@ -557,6 +557,7 @@ class RecentItem:
     importance: float
     categories: list[str]
     score: float
+    origin: str | None = None  # a fact's (`op_harvest`: a delegated task's result, not the owner's words)
 
     def as_dict(self) -> dict:
         return {
@@ -566,7 +567,8 @@ class RecentItem:
         }
 
     def line(self, n: int) -> str:
-        where = f"{self.kind} {self.id}, {self.channel or '?'} {self.at:%Y-%m-%d %H:%M}"
+        whose = f" · {DELEGATED_RESULT}" if self.origin == OP_HARVEST else ""
+        where = f"{self.kind} {self.id}, {self.channel or '?'}{whose} {self.at:%Y-%m-%d %H:%M}"
         return f"{n}. {self.text}  ({where}, score {self.score:.3f})"
 
 
@@ -614,6 +616,7 @@ def recent(
             f["importance"],
             list(f["categories"]),
             0,
+            f["origin"],
         )
         for f in recent_facts
     ]

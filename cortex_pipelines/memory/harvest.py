@@ -1,5 +1,10 @@
 """Op harvesting (seed 000): results of delegated work become facts; harvested ops are marked
-gardened and archived after a week. Failed ops stay for audit and are never harvested."""
+gardened and archived after a week. Failed ops stay for audit and are never harvested.
+
+A result is another agent's text, untrusted: its fact (origin `OP_HARVEST`) starts cold, stays out
+of the system floor and the bulletin, and every output that shows it marks it a delegated result,
+not the owner's words (storage/facts.py). Its text is one line, so no part of it can start a line
+that reads as a heading or a turn header."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.pipeline import remember
 from cortex_pipelines.memory.vectors import VectorStore
 from cortex_pipelines.storage import Database, gardening, ops, utcnow
-from cortex_pipelines.storage.facts import FactDraft
+from cortex_pipelines.storage.facts import OP_HARVEST, FactDraft
 
 
 @dataclass
@@ -51,7 +56,7 @@ def harvest_drafts(db: Database, settings: Settings) -> tuple[list[str], list[Fa
                 tuple(row["sources"]),
                 (row["expected_channel"] or "router",),
                 row["completed_at"],
-                origin="op_harvest",
+                origin=OP_HARVEST,
             )
         )
     return op_ids, drafts

@@ -21,7 +21,7 @@ from cortex_pipelines.memory.extract import (
 )
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, cursors, facts, session, turn_vectors, updates, utcnow
-from cortex_pipelines.storage.facts import FactDraft, norm_hash
+from cortex_pipelines.storage.facts import OP_HARVEST, FactDraft, norm_hash
 from cortex_pipelines.text import split_sentences
 from cortex_pipelines.turn import Turn
 
@@ -278,9 +278,11 @@ def remember(
         for _, _, (first, *rest) in groups:
             # A fact last said longer ago than eviction waits (imported history) starts cold, as
             # eviction would leave it: 2,000 facts from two years of chat had all been hot, over the
-            # cap and in the floor, until eviction reached them 14 days later.
+            # cap and in the floor, until eviction reached them 14 days later. A delegated task's
+            # result is another agent's text: found only through recall, never in the floor.
             said_long_ago = max(d.stated_at for d in (first, *rest)) < cold_before
-            tier = "cold" if said_long_ago and first.category != "identity" else "hot"
+            stays_out = first.origin == OP_HARVEST or (said_long_ago and first.category != "identity")
+            tier = "cold" if stays_out else "hot"
             fact_id = facts.insert(con, first, tier=tier)
             for extra in rest:
                 facts.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)

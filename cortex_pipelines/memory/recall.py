@@ -7,9 +7,10 @@ episodic run) are read from DuckDB with the vectors the brain stored when it rec
 matched by stemmed keywords and by meaning, so what was said a minute ago is found too.
 Every hit carries the session ids it came from. A result of delegated work (the router channel) is
 never a memory: another agent wrote it, not the user; one that completed an op reaches memory as
-the fact harvesting writes of it (memory/harvest.py), which says what it is. The search only
+the fact harvesting writes of it (memory/harvest.py), which says what it is and which every output
+marks as a delegated result (`Hit.delegated`), not the owner's words. The search only
 reads; a caller that shows the hits calls `note_use` (seed 000: a returned hot fact counts a hit, a
-cold one is promoted).
+cold one is promoted, unless it is a delegated result).
 How the signals are weighed is a `RecallConfig` (recall_config.py).
 """
 
@@ -66,8 +67,14 @@ class Hit:
     at: datetime | None = None
     fact_id: int | None = None
     category: str | None = None
-    sender: str | None = None  # who said an episodic turn (a fact is always the owner's)
+    sender: str | None = None  # who said an episodic turn (a fact is the owner's, unless delegated)
     updated_by: int | None = None  # the session id of the later statement that replaced this one
+    origin: str | None = None  # a fact's: how it was written (`OP_HARVEST`: a delegated task's result)
+
+    @property
+    def delegated(self) -> bool:
+        """A delegated task's result (harvested): another agent's text, never the owner's words."""
+        return self.origin == fact_store.OP_HARVEST
 
     def as_dict(self) -> dict:
         out = {
@@ -82,6 +89,7 @@ class Hit:
         if self.fact_id is not None:
             out["fact_id"] = self.fact_id
             out["category"] = self.category
+            out["origin"] = self.origin
         if self.updated_by is not None:
             out["updated_by"] = self.updated_by
         return out
@@ -103,6 +111,7 @@ def _fact_keyword_hits(facts: list[dict], query: str, k: int, config: RecallConf
                 f["stated_at"],
                 f["id"],
                 f["category"],
+                origin=f["origin"],
             )
         )
     return hits
@@ -275,6 +284,7 @@ def recall(
                 info["stated_at"],
                 fact_id,
                 row["category"],
+                origin=info["origin"],
             )
         )
     lifted = with_session(episodes, with_neighbours(episodes, config), config)
@@ -499,23 +509,25 @@ def _one_hit_per_statement(hits: list[Hit], settings: Settings) -> list[Hit]:
 
 
 def note_use(db: Database, settings: Settings, hits: list[Hit]) -> None:
-    """What a caller showed was used (seed 000): a hot fact counts a hit, a cold fact goes back to hot."""
+    """What a caller showed was used (seed 000): a hot fact counts a hit, a cold fact goes back to hot.
+    A delegated task's result counts its hit and stays cold: hot is the floor, which never holds one."""
     vectors = vector_store(settings.paths.lance)
     hot = [h.fact_id for h in hits if h.tier == "hot" and h.fact_id is not None]
     cold = [h.fact_id for h in hits if h.tier == "cold" and h.fact_id is not None]
+    promoted = [h.fact_id for h in hits if h.fact_id in cold and not h.delegated]
     if not hot and not cold:
         return
 
     def apply(con):
         fact_store.touch(con, hot + cold)
-        fact_store.set_tier(con, cold, "hot", reason="recalled")
+        fact_store.set_tier(con, promoted, "hot", reason="recalled")
 
     db.run(apply)
-    if cold:
+    if promoted:
         try:
-            vectors.update(SEMANTIC, cold, {"tier": "hot"})
+            vectors.update(SEMANTIC, promoted, {"tier": "hot"})
         except (OSError, RuntimeError, ValueError) as exc:  # DuckDB moved the tier: the table resyncs
             _vectors_unreadable(SEMANTIC, exc)
         for hit in hits:
-            if hit.fact_id in cold:
+            if hit.fact_id in promoted:
                 hit.tier = "hot"

@@ -20,6 +20,15 @@ from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
 
 CATEGORIES = ("fact", "decision", "preference", "insight", "identity", "event", "goal", "observation")
+# The origin of a fact op harvesting wrote from a delegated task's result (memory/harvest.py): another
+# agent's text, never the user's words. It starts cold and is never promoted, and the system floor's
+# known facts and the bulletin (which the floor carries) leave it out whatever its tier, so one
+# hostile result is no standing part of every prompt; recall still finds it, marked.
+OP_HARVEST = "op_harvest"
+# How every output that shows such a fact names it, as a stranger's turn is "(not the owner)".
+DELEGATED_RESULT = "delegated result (not the owner)"
+# Known facts and the bulletin hold the user's own: never a harvested result.
+NOT_HARVESTED = f"origin IS DISTINCT FROM '{OP_HARVEST}'"
 
 
 def norm_hash(text: str) -> str:
@@ -279,12 +288,13 @@ def set_tier(con, fact_ids: list[int], tier: str, reason: str) -> None:
 
 def evict_stale_hot(con, created_before: datetime, min_hits: int, reason: str) -> list[int]:
     """Hot facts created before a time and used fewer than `min_hits` times go cold (identity
-    memories never do); returns their ids."""
+    memories never do), and so does a delegated task's result that a version before this rule wrote
+    hot; returns their ids."""
     ids = [
         r[0]
         for r in con.execute(
-            "SELECT id FROM facts WHERE status = 'active' AND tier = 'hot' AND created_at < ? "
-            "AND hit_count < ? AND category <> 'identity' ORDER BY id",
+            "SELECT id FROM facts WHERE status = 'active' AND tier = 'hot' AND ((created_at < ? "
+            f"AND hit_count < ? AND category <> 'identity') OR origin = '{OP_HARVEST}') ORDER BY id",
             [created_before, min_hits],
         ).fetchall()
     ]
@@ -396,18 +406,20 @@ def active_by_hash(con, hashes: list[str]) -> dict[str, int]:
 
 def hot_for_floor(con, limit: int) -> list[dict]:
     """Known facts for the system floor (seed 000): most-used first, then most recent. A fact the
-    user has since updated is history, not something to state as true."""
+    user has since updated is history, not something to state as true; a delegated task's result
+    (`OP_HARVEST`) is another agent's text, found only through recall, whatever its tier."""
     return dict_rows(
         con.execute(
             "SELECT id, text, category FROM facts WHERE status = 'active' AND tier = 'hot' "
-            "AND valid_to IS NULL "
+            f"AND valid_to IS NULL AND {NOT_HARVESTED} "
             "ORDER BY hit_count DESC, coalesce(last_accessed_at, created_at) DESC, id DESC LIMIT ?",
             [limit],
         )
     )
 
 
-SIGNALS = "id, tier, status, hit_count, decay, importance, stated_at, valid_to"  # what recall weighs by
+# What recall weighs a hit by, and the origin its outputs mark a delegated result by.
+SIGNALS = "id, tier, status, hit_count, decay, importance, stated_at, valid_to, origin"
 
 
 def recall_signals(con) -> pa.Table:
@@ -448,7 +460,7 @@ def with_categories(con, fact_ids: list[int]) -> list[dict]:
     rows = dict_rows(
         con.execute(
             f"SELECT id, text, {CATEGORIES_OF} AS categories, importance, status, tier, hit_count, "
-            "stated_at, sources FROM facts WHERE id IN (SELECT unnest(?))",
+            "stated_at, sources, origin FROM facts WHERE id IN (SELECT unnest(?))",
             [fact_ids],
         )
     )
@@ -463,7 +475,7 @@ def active_since(con, since: datetime) -> list[dict]:
     return dict_rows(
         con.execute(
             f"SELECT id, text, {CATEGORIES_OF} AS categories, importance, sources, channels[1] AS channel, "
-            "stated_at FROM facts WHERE status = 'active' AND valid_to IS NULL AND stated_at >= ? "
+            "stated_at, origin FROM facts WHERE status = 'active' AND valid_to IS NULL AND stated_at >= ? "
             "AND origin IS DISTINCT FROM 'observation' ORDER BY stated_at, id",
             [since],
         )
@@ -476,8 +488,8 @@ def current(con, limit: int) -> tuple[list[dict], int]:
     where = "WHERE status = 'active' AND valid_to IS NULL"
     rows = dict_rows(
         con.execute(
-            f"SELECT id, text, {CATEGORIES_OF} AS categories, importance, tier, sources FROM facts {where} "
-            "ORDER BY importance DESC, hit_count DESC, id DESC LIMIT ?",
+            f"SELECT id, text, {CATEGORIES_OF} AS categories, importance, tier, sources, origin "
+            f"FROM facts {where} ORDER BY importance DESC, hit_count DESC, id DESC LIMIT ?",
             [limit],
         )
     )

@@ -8,6 +8,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from cortex_pipelines.storage.facts import NOT_HARVESTED
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
@@ -87,11 +88,12 @@ def count_cold_dispatch(con, bulletin: Path) -> None:
 def bulletin_facts(con) -> list[dict]:
     """Active facts still true (not since updated by the user) in bulletin order. Hit counts are
     left out on purpose: they change on every recall and would rewrite the file (and cool a prompt
-    cache) without new knowledge."""
+    cache) without new knowledge. So are delegated tasks' results: the bulletin is in every
+    prompt's system floor, and a result is another agent's text (storage/facts.py's OP_HARVEST)."""
     return dict_rows(
         con.execute(
             "SELECT id, text, category, importance, sources, stated_at FROM facts WHERE status = 'active' "
-            "AND valid_to IS NULL ORDER BY importance DESC, stated_at DESC, id DESC"
+            f"AND valid_to IS NULL AND {NOT_HARVESTED} ORDER BY importance DESC, stated_at DESC, id DESC"
         )
     )
 
