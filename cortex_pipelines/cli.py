@@ -567,12 +567,13 @@ def outbox_cmd(
 
 @app.command()
 def retry(
-    message_id: Annotated[int | None, typer.Argument(help="bus id of a failed message")] = None,
+    message_id: Annotated[int | None, typer.Argument(help="bus id of a failed or skipped message")] = None,
     all_failed: Annotated[bool, typer.Option("--all-failed", help="every failed message")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Put failed messages back in the queue (their attempts start again); without an id, list the
-    failed messages and why they failed."""
+    """Put failed messages back in the queue (their attempts start again), or by its id one that was
+    skipped (its channel off, its sender not allowed); without an id, list the failed messages and
+    why they failed."""
     settings = _ready()
     db = Database(settings.paths.db)
     if message_id is None and not all_failed:
@@ -587,13 +588,17 @@ def retry(
         return
     if message_id is not None and all_failed:
         _fail("give a message id or --all-failed, not both")
-    ids = db.run(requeue_failed, None if all_failed else [message_id])
+    ids = db.run(requeue_failed, None if all_failed else [message_id], not all_failed)
     if not ids:
         if all_failed:
             out.print("no failed messages")
             return
         found = db.run(state_of, message_id)
-        _fail(f"message {message_id} is {found[0]}, not failed" if found else f"no message {message_id}")
+        _fail(
+            f"message {message_id} is {found[0]}, not failed or skipped"
+            if found
+            else f"no message {message_id}"
+        )
     out.print(f"requeued {len(ids)} message(s): {', '.join(map(str, ids))}")
 
 

@@ -225,12 +225,15 @@ def recover_interrupted(
     return [r[0] for r in requeued], [r[0] for r in failed]
 
 
-def requeue_failed(con, ids: list[int] | None) -> list[int]:
-    """Failed messages back to pending with fresh attempts (all of them when ids is None)."""
+def requeue_failed(con, ids: list[int] | None, skipped_too: bool = False) -> list[int]:
+    """Failed messages back to pending with fresh attempts (all of them when ids is None); with
+    `skipped_too`, skipped ones as well (their channel was off or their sender not allowed then: a
+    router result skipped so was otherwise lost for good)."""
     rows = con.execute(
         "UPDATE bus SET state = 'pending', attempts = 0, not_before = NULL, finished_at = NULL "
-        "WHERE state = 'failed' AND (? IS NULL OR list_contains(?, id)) RETURNING id",
-        [ids, ids],
+        "WHERE (state = 'failed' OR (? AND state = 'skipped')) AND (? IS NULL OR list_contains(?, id)) "
+        "RETURNING id",
+        [skipped_too, ids, ids],
     ).fetchall()
     return sorted(r[0] for r in rows)
 

@@ -162,3 +162,21 @@ def test_post_ingest_knows_a_message_stored_before_the_upgrade(tmp_path):
         200,
         {"id": second.json()["id"], "duplicate": True},
     )
+
+
+def test_a_result_skipped_while_the_router_was_off_is_put_back_by_cortex_retry(tmp_path):
+    """A result that came while `router` was off was skipped, and nothing could bring it back:
+    `cortex retry` said "is skipped, not failed", and dropping it again was a duplicate (QA, helper-48)."""
+    home = tmp_path / "home"
+    (op,) = _delegate(home, "Can you research a plumber near Graça?")
+    _drop(home, "r1", _result({"op_id": op}))
+    off = {"CORTEX_CHANNEL_MODES": '{"router": "off"}'}
+    cortex("run", home=home, env=off)
+    (skipped,) = read_only(home, "SELECT id FROM bus WHERE state = 'skipped'")[0]
+    assert _ops(home) == {op: "pending: "}
+    said = cortex("retry", str(skipped), home=home, env=off).stdout
+    assert said.strip() == f"requeued 1 message(s): {skipped}"
+    cortex("run", home=home)  # the router on again
+    assert _ops(home) == {op: f"completed: {NO_RESULTS}"}
+    wrong = cortex("retry", str(skipped), home=home, check=False)
+    assert wrong.returncode == 2 and "is completed, not failed or skipped" in wrong.stderr

@@ -79,7 +79,7 @@ def test_persistent_server_errors_fail_the_message_visibly(settings, db, message
     assert listed[1:] == ["    what's on today?", "`cortex retry ID` or `--all-failed` puts them back"]
     wrong = [cortex("retry", str(n), home=s.home, check=False) for n in (answered[0], 999)]
     assert [(p.returncode, p.stderr.strip()) for p in wrong] == [
-        (2, f"cortex: message {answered[0]} is completed, not failed"),
+        (2, f"cortex: message {answered[0]} is completed, not failed or skipped"),
         (2, "cortex: no message 999"),
     ]
     requeued = cortex("retry", str(failed[0]), home=s.home).stdout.strip()
