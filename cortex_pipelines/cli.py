@@ -104,7 +104,8 @@ def main(
         str | None,
         typer.Option(
             "--now",
-            help="act as if it were this time: ISO 8601 or an offset like +2m, +3h, +1d (demos, tests)",
+            help="act as if it were this time: ISO 8601 or an offset like +2m, +3h, +1d (demos, tests); "
+            "what it does stays done: reminders it fires move to their next time for good",
         ),
     ] = None,
 ) -> None:
