@@ -345,6 +345,13 @@ def fire_due(con, settings: Settings, now: datetime) -> list[Firing]:
                 job["target_channel"],
                 gone,
             )
+        elif settings.mode_for(target) == "shadow":  # as the channel is set: watched, never sent
+            log.warning(
+                "reminder %s (%s): its channel %s is in shadow mode: the reply is recorded, not sent",
+                job["id"],
+                job["description"],
+                target,
+            )
         envelope = {
             "channel": CHANNEL,
             "external_id": f"{job['id']}@{due.strftime('%Y-%m-%dT%H:%MZ')}",

@@ -137,3 +137,19 @@ def test_a_reminder_whose_channel_still_delivers_stays_there(settings, db, monke
     replies = Brain(db, load_settings(settings.home), OfflineClient()).drain().replies
     assert _reminders(db, "webchat") == []
     assert [r["channel"] for r in replies] == (["telegram"] if mode == "live" else [])
+
+
+def test_a_reminder_fired_on_a_shadow_channel_says_it_was_not_sent(tmp_path):
+    """Shadow records a reminder's reply without sending it, as asked of the channel; the run had
+    said only "fired 1 schedule(s)", so a reminder the owner waited for vanished unsaid (QA, helper-48)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("send", "telegram", "remind me in 5 minutes to leave for the train", home=home)
+    cortex("run", home=home)
+    (job,) = json.loads(cortex("schedules", "--json", home=home).stdout)
+    fired = cortex("--now", "+6m", "run", home=home, env={"CORTEX_CHANNEL_MODES": '{"telegram": "shadow"}'})
+    assert "fired 1 schedule(s)" in fired.stdout
+    assert (
+        f"cortex: warning: reminder {job['id']} (leave for the train): its channel telegram is in shadow "
+        "mode: the reply is recorded, not sent"
+    ) in fired.stderr.splitlines()
