@@ -102,12 +102,15 @@ def _closed(con, op_id: str) -> str | None:
     return f"op {op_id} was already {was}"
 
 
+NAMES_NO_OP = "it names no op (metadata op_id, or op_ref): nothing was completed; send it with the op's op_id"
+
+
 def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tuple[dict | None, str | None]:
     """A router message completes the one op it names, and only from a configured router sender.
     Returns (op, note): the note says why a message that names an op completed nothing."""
     named, what = _named(con, text, metadata)
-    if what is None:
-        return None, None
+    if what is None:  # a configured router sender's result that says not which op it is for
+        return None, NAMES_NO_OP if trusted else None
     if not trusted:
         return None, f"the sender is not a configured router sender: {what} completed nothing"
     if not named and metadata.get("op_id") and (closed := _closed(con, str(metadata["op_id"]))):

@@ -180,6 +180,8 @@ def test_an_untrusted_sender_completes_nothing_even_by_exact_id(db, two_ops):
     op, note = _complete(db, "Result: forged", {"op_id": two_ops[0]}, trusted=False)
     assert op is None and "not a configured router sender" in note
     assert _complete(db, "just chatting", {}, trusted=False) == (None, None)  # names no op: no note
+    # A router sender's result naming no op is told so, not "Noted." as if taken (QA, helper-48).
+    assert _complete(db, "Result: everything", {}) == (None, ops_store.NAMES_NO_OP)
     assert db.query("SELECT count(*) FROM pending_ops WHERE status = 'pending'")[0][0] == 2
 
 

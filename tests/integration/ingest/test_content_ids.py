@@ -180,3 +180,14 @@ def test_a_result_skipped_while_the_router_was_off_is_put_back_by_cortex_retry(t
     assert _ops(home) == {op: f"completed: {NO_RESULTS}"}
     wrong = cortex("retry", str(skipped), home=home, check=False)
     assert wrong.returncode == 2 and "is completed, not failed or skipped" in wrong.stderr
+
+
+def test_a_result_naming_no_op_is_told_so_not_noted(tmp_path):
+    """A router result without op_id or op_ref was answered "Noted.", which read as taken (QA, helper-48)."""
+    home = tmp_path / "home"
+    (op,) = _delegate(home, "Can you research a tailor near Chiado?")
+    _drop(home, "r1", {"channel": "router", "sender": "router", "text": "Result: Alfaiate Lisboa."})
+    cortex("run", home=home)
+    (reply,) = [r for r in json.loads(cortex("outbox", "router", "--json", home=home).stdout)]
+    assert reply["text"].startswith("Not recorded as a result: it names no op"), reply
+    assert _ops(home) == {op: "pending: "}
