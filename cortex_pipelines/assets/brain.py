@@ -44,7 +44,10 @@ def session_messages(
     client = cost.budgeted(db, config, "reply", llm.client(), context.log.warning) or OfflineClient()
     brain = Brain(db, config, client, log=context.log.info, run_id=context.run_id)
     linger = None
-    if config.brain_linger_seconds and planned_assets(context.instance, context.run) == {BRAIN_ASSET}:
+    # SIGINT or SIGTERM (`cortex dev` stopping) ends a run of this step alone with what it answered,
+    # a success; in `cortex_main` it stops the run (`cortex run` exits 130).
+    alone = planned_assets(context.instance, context.run) == {BRAIN_ASSET}
+    if config.brain_linger_seconds and alone:
         # Nothing in this run waits for this step: keep answering while the conversation goes on.
         linger = Linger(
             db,
@@ -61,7 +64,7 @@ def session_messages(
     if (ingested := ingest_inbox(config, db)).accepted or ingested.rejected:
         _report_ingest(context, db, ingested)
     try:
-        report = brain.drain(linger=linger)
+        report = brain.drain(linger=linger, stop_on_interrupt=alone)
     except lease.BrainBusy as busy:
         context.log.warning(f"{busy}; that process answers the queue")
         return MaterializeResult(metadata={"skipped": MetadataValue.text(str(busy))})

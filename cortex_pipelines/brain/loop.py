@@ -34,12 +34,13 @@ from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
 from cortex_pipelines.memory.superseding import link_update
 from cortex_pipelines.proactive import schedules
-from cortex_pipelines.proactive.supervision import recover_interrupted_work
+from cortex_pipelines.proactive.supervision import recover_interrupted_work, release_stopped_work
 from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, bus, health, lease, outbox, turn_vectors
 from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.bus import BusMessage
 from cortex_pipelines.storage.checkpoints import record_checkpoint
+from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
 
@@ -86,6 +87,17 @@ def _reply_summary(output: Output, routed: Routed) -> str:
     return f"{', '.join(targets) or 'nowhere'}: {one_line(output.text, 120)}"
 
 
+def is_interrupt(exc: BaseException) -> bool:
+    """SIGINT or SIGTERM as it reaches the brain: KeyboardInterrupt, Dagster's
+    DagsterExecutionInterruptedError during a step (named here: this module runs without Dagster),
+    or, landing during a DuckDB query, that query's "Query interrupted"."""
+    if isinstance(exc, KeyboardInterrupt | duckdb.InterruptException):
+        return True
+    if any(cls.__name__ == "DagsterExecutionInterruptedError" for cls in type(exc).__mro__):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted")
+
+
 def _heartbeat_and_claim(con) -> BusMessage | None:
     lease.heartbeat(con)
     return bus.claim_next(con)
@@ -122,12 +134,17 @@ class Brain:
         self.embedder = embedder  # None: the instance's model, loaded once per process when needed
         self.inspect = inspect  # the admin chat's view of the Dagster instance
 
-    def drain(self, max_messages: int | None = None, linger: Linger | None = None) -> DrainReport:
+    def drain(
+        self, max_messages: int | None = None, linger: Linger | None = None, stop_on_interrupt: bool = False
+    ) -> DrainReport:
         """Process every due message; with `linger`, keep answering messages as they arrive until
         it says the run should end, handing it each batch as soon as it is answered. Returns the
         batch not handed on (with `linger`, an empty one). Raises lease.BrainBusy if another
-        process is draining."""
+        process is draining. SIGINT or SIGTERM (`is_interrupt`) puts the message being answered
+        back in the queue, its attempt not counted; then the drain ends with what it answered
+        (`stop_on_interrupt`) or the interrupt goes on."""
         report = DrainReport()
+        claimed_since = utcnow()  # what this drain claims is started from now on
         try:
             self.db.run(lease.acquire, "drain", self.settings.lease_timeout_s)
         except lease.BrainBusy:
@@ -145,6 +162,15 @@ class Brain:
                 if not linger.wait_for_messages(answered=answered):
                     break
                 self._answer_due(report, max_messages)
+        except BaseException as exc:
+            if not is_interrupt(exc):
+                raise
+            released = self.db.run(release_stopped_work, self.settings, claimed_since)
+            report.processed = max(report.processed - len(released), 0)
+            if not stop_on_interrupt:
+                raise
+            back = f"; back in the queue, the attempt not counted: {released}" if released else ""
+            self.log(f"stopped by SIGINT or SIGTERM{back}")
         finally:
             self.db.run(lease.release)
         return report
@@ -159,7 +185,8 @@ class Brain:
                 try:
                     self._process(msg, report)
                 except (OSError, duckdb.Error) as exc:
-                    self._note_death(msg, exc)
+                    if not is_interrupt(exc):  # stopped, not dying: drain puts it back
+                        self._note_death(msg, exc)
                     raise
 
     def _note_death(self, msg: BusMessage, exc: BaseException) -> None:
@@ -243,6 +270,8 @@ class Brain:
         except (OSError, duckdb.Error):
             raise  # the disk or the store, not this message: the next run takes it again
         except Exception as exc:  # a defect on one message must not stop the queue behind it
+            if is_interrupt(exc):
+                raise  # SIGINT or SIGTERM during a query: not the message's fault
             log.exception("answering bus #%s failed", msg.id)
             error = f"internal error: {type(exc).__name__}: {exc}"
             self._retry_or_fail(msg, context.session_id, error, report)

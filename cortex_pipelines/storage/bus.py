@@ -225,6 +225,21 @@ def recover_interrupted(
     return [r[0] for r in requeued], [r[0] for r in failed]
 
 
+def release_claimed(con, since: datetime, counted_before: datetime) -> list[int]:
+    """Rows a drainer that holds the lease claimed since `since` and was stopped on (SIGINT,
+    SIGTERM), back to the queue with that attempt not counted: stopping a run again and again never
+    fails a message. One it had worked on since before `counted_before` keeps the attempt: a run
+    stopped because it hung on that message (its max runtime) must not retry it for ever. Returns
+    their ids."""
+    rows = con.execute(
+        "UPDATE bus SET state = 'pending', started_at = NULL, "
+        "attempts = CASE WHEN started_at >= ? THEN greatest(attempts - 1, 0) ELSE attempts END "
+        "WHERE state = 'processing' AND started_at >= ? RETURNING id",
+        [counted_before, since],
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
 def requeue_failed(con, ids: list[int] | None, skipped_too: bool = False) -> list[int]:
     """Failed messages back to pending with fresh attempts (all of them when ids is None); with
     `skipped_too`, skipped ones as well (their channel was off or their sender not allowed then: a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
@@ -11,7 +12,8 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
-from cortex_pipelines.storage import bus, outbox
+from cortex_pipelines.proactive.supervision import release_stopped_work
+from cortex_pipelines.storage import bus, outbox, utcnow
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient
 
@@ -217,3 +219,49 @@ def test_a_directive_in_the_user_text_is_not_obeyed_when_recalled(settings, db):
     assert [r["channel"] for r in report.replies] == ["webchat"]
     assert "4411" in report.replies[0]["text"]
     assert not (settings.paths.outbox / "telegram").exists()
+
+
+def test_sigint_or_sigterm_while_answering_puts_the_message_back_uncounted(settings, db):
+    """Stopped while it answers (Ctrl-C, `cortex dev` stopping), the message goes back to the queue
+    as if never tried: stopped again and again it never fails for good. A drain told to stop on it
+    ends with what it answered, also when the interrupt lands in a DuckDB query."""
+    _queue(settings, db, msg("webchat", "a", "1"), msg("webchat", "b", "2"))
+
+    def stopped_on_b(request):
+        if request.hints["text"] == "b":
+            raise KeyboardInterrupt
+        return _echo(request)
+
+    for _ in range(settings.max_attempts + 1):
+        with pytest.raises(KeyboardInterrupt):
+            Brain(db, settings, ScriptedClient(default=stopped_on_b)).drain()
+    rows = db.query("SELECT text, state, attempts FROM bus ORDER BY id")
+    assert rows == [("a", "completed", 1), ("b", "pending", 0)]
+
+    def query_interrupted(_request):
+        raise RuntimeError("Query interrupted")
+
+    report = Brain(db, settings, ScriptedClient(default=query_interrupted)).drain(stop_on_interrupt=True)
+    assert (report.processed, report.completed, report.retried) == (0, 0, 0)
+    assert db.query("SELECT state, attempts FROM bus WHERE text = 'b'") == [("pending", 0)]
+
+    Brain(db, settings, ScriptedClient(default=_echo)).drain()
+    assert db.query("SELECT text, state, attempts FROM bus ORDER BY id") == [
+        ("a", "completed", 1),
+        ("b", "completed", 1),
+    ]
+    assert [r["text"] for r in db.run(outbox.waiting)] == ["re: a", "re: b"]
+
+
+def test_a_run_stopped_after_hanging_on_a_message_counts_the_attempt(settings, db):
+    """A stop that ends a run stuck on one message longer than CORTEX_STUCK_AFTER_S (Dagster's max
+    runtime, say) keeps its attempt, so a message that hangs every time still fails in the end."""
+    _queue(settings, db, msg("webchat", "a", "1"), msg("webchat", "b", "2"))
+    since = utcnow() - timedelta(hours=3)
+    hung, fresh = db.run(bus.claim_next), db.run(bus.claim_next)
+    db.run(lambda con: con.execute("UPDATE bus SET started_at = ? WHERE id = ?", [since, hung.id]))
+    assert db.run(release_stopped_work, settings, since) == [hung.id, fresh.id]
+    assert db.query("SELECT id, state, attempts FROM bus ORDER BY id") == [
+        (hung.id, "pending", 1),
+        (fresh.id, "pending", 0),
+    ]

@@ -11,6 +11,7 @@ import time
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus
 
+from cortex_pipelines.storage import Database
 from tests.support.dagster_dev import (
     alive_in,
     cli,
@@ -21,6 +22,7 @@ from tests.support.dagster_dev import (
     successful_run,
     wait_for,
 )
+from tests.support.durability import assert_durable
 
 pytestmark = pytest.mark.slow
 
@@ -164,3 +166,43 @@ def test_cortex_dev_says_when_it_cannot_make_the_query_encoder(tmp_path, monkeyp
             "cortex dev to say how queries are embedded",
         )
     assert "Not a directory" in said[0] and "warning: queries embed with torch" in said[0], said
+
+
+def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses_nothing(tmp_path):
+    """QA: SIGTERM to `cortex dev` while its run answered a dropped batch failed the run with a
+    traceback (DagsterExecutionInterruptedError, or DuckDB's "Query interrupted") and left the
+    message being answered in `processing`, its attempt counted, until the next run. Now the run
+    succeeds with what it answered, that message is back in the queue as if never tried, and the
+    next `cortex run` answers the rest, each message once."""
+    home, total = tmp_path / "home", 80  # answered at several a second: the stop lands mid-batch
+    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, proc):
+        folder = home / "inbox" / "webchat"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [
+            json.dumps({"channel": "webchat", "sender": "user", "text": f"note {i}", "external_id": f"m{i}"})
+            for i in range(total)
+        ]
+        (folder / ".batch.jsonl.tmp").write_text("\n".join(lines) + "\n")
+        (folder / ".batch.jsonl.tmp").rename(folder / "batch.jsonl")
+
+        def bus() -> dict:
+            return json.loads(cli("status", "--json", env=env).stdout)["bus"]
+
+        wait_for(lambda: bus()["completed"] >= 3, 180, "the run to answer a few")
+        groups = process_groups(proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+    said = (tmp_path / "dev.log").read_text()
+    assert proc.returncode == 0, said[-3000:]
+    for trace in ("Traceback", "Stack Trace", "RUN_FAILURE"):
+        assert trace not in said, said[-5000:]
+    assert {r.status for r in _processing_runs(home)} == {DagsterRunStatus.SUCCESS}
+    state = json.loads(cli("status", "--json", env=env).stdout)["bus"]
+    assert state["processing"] == 0 and state["failed"] == 0, state
+    assert 0 < state["completed"] < total, state  # stopped mid-batch
+
+    cli("run", env=env, timeout=400)
+    assert_durable(home, Database(home / "cortex.duckdb"), total)  # every message answered once
+    with Database(home / "cortex.duckdb").transaction() as con:
+        assert con.execute("SELECT max(attempts) FROM bus").fetchone()[0] == 1  # the stop was no attempt
