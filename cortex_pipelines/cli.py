@@ -480,6 +480,12 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     )
     sched = state["schedules"]
     out.print(f"schedules {sched['active']} active, next {sched['next_fire'] or '-'}")
+    ops = state["ops"]
+    waiting = f" (next deadline {ops['next_deadline']})" if ops["next_deadline"] else ""
+    out.print(
+        f"delegated pending {ops['pending']}{waiting}  completed {ops['completed']}  failed {ops['failed']}"
+        f"  archived {ops['archived']}"
+    )
     sup = state["supervision"]
     out.print(
         "supervision "

@@ -19,6 +19,7 @@ from cortex_pipelines.llm import cost
 from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
 from cortex_pipelines.storage import Database, bus, conversations, usage
+from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage.facts import tier_counts
 from cortex_pipelines.storage.published import BULLETIN, published_row
 from cortex_pipelines.storage.session import pins
@@ -181,6 +182,7 @@ def status(settings: Settings) -> dict:
         "warmup": warm["state"] if warm else "cold",
         "cold_dispatches": warm["cold_dispatches"] if warm else 0,
         "schedules": db.run(schedules.summary),
+        "ops": db.run(ops_store.counts),
         "supervision": db.run(supervision.status),
         "outputs": {name: str(path) for name, path in _outputs(settings).items() if path.is_file()},
         # Dagster's run history on disk; finished runs older than keep_days go (0: none do).

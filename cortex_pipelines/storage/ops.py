@@ -33,6 +33,17 @@ def pending(con) -> list[dict]:
     )
 
 
+def counts(con) -> dict:
+    """Delegated work by status, and the nearest deadline of what still waits (None when nothing
+    does), for `cortex status`."""
+    by_status = dict(con.execute("SELECT status, count(*) FROM pending_ops GROUP BY status").fetchall())
+    (deadline,) = con.execute("SELECT min(deadline_at) FROM pending_ops WHERE status = 'pending'").fetchone()
+    return {
+        **{status: by_status.get(status, 0) for status in ("pending", "completed", "failed", "archived")},
+        "next_deadline": deadline.isoformat(timespec="minutes") + "Z" if deadline else None,
+    }
+
+
 def visible(con) -> list[dict]:
     """Ops the system floor shows: pending, and finished ones not yet acknowledged."""
     cur = con.execute(

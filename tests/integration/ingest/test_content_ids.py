@@ -174,10 +174,14 @@ def test_a_result_skipped_while_the_router_was_off_is_put_back_by_cortex_retry(t
     cortex("run", home=home, env=off)
     (skipped,) = read_only(home, "SELECT id FROM bus WHERE state = 'skipped'")[0]
     assert _ops(home) == {op: "pending: "}
+    waiting = json.loads(cortex("status", "--json", home=home).stdout)["ops"]  # `cortex status` shows it
+    assert (waiting["pending"], waiting["completed"]) == (1, 0) and waiting["next_deadline"], waiting
     said = cortex("retry", str(skipped), home=home, env=off).stdout
     assert said.strip() == f"requeued 1 message(s): {skipped}"
     cortex("run", home=home)  # the router on again
     assert _ops(home) == {op: f"completed: {NO_RESULTS}"}
+    shown = cortex("status", home=home).stdout
+    assert "delegated pending 0  completed 1  failed 0  archived 0" in shown, shown
     wrong = cortex("retry", str(skipped), home=home, check=False)
     assert wrong.returncode == 2 and "is completed, not failed or skipped" in wrong.stderr
 
@@ -188,6 +192,6 @@ def test_a_result_naming_no_op_is_told_so_not_noted(tmp_path):
     (op,) = _delegate(home, "Can you research a tailor near Chiado?")
     _drop(home, "r1", {"channel": "router", "sender": "router", "text": "Result: Alfaiate Lisboa."})
     cortex("run", home=home)
-    (reply,) = [r for r in json.loads(cortex("outbox", "router", "--json", home=home).stdout)]
+    (reply,) = json.loads(cortex("outbox", "router", "--json", home=home).stdout)
     assert reply["text"].startswith("Not recorded as a result: it names no op"), reply
     assert _ops(home) == {op: "pending: "}
