@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import subprocess
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import CALL_TIMEOUT_S, cli_argv, cli_env, cortex
+from tests.support.cli import cortex, together
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,23 +46,12 @@ def test_two_runs_on_a_fresh_home_both_finish_and_answer_each_message_once(tmp_p
     for n in range(HOMES):
         home = tmp_path / f"home{n}"
         _fresh_home_with_messages(home)
-        runs = [
-            subprocess.Popen(
-                cli_argv("run"),
-                env=cli_env(home),
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-            )
-            for _ in range(2)
-        ]
-        outputs = [run.communicate(timeout=CALL_TIMEOUT_S) for run in runs]
+        runs = together("run", home=home)
+        outputs = [(run.stdout, run.stderr) for run in runs]
         crashed = [
-            f"home {n}: `cortex run` exited {run.returncode}: {(err.strip().splitlines() or ['-'])[-1]}"
-            for run, (_, err) in zip(runs, outputs, strict=True)
-            if run.returncode != 0 or "Traceback" in err
+            f"home {n}: `cortex run` exited {run.returncode}: {(run.stderr.splitlines() or ['-'])[-1]}"
+            for run in runs
+            if run.returncode != 0 or "Traceback" in run.stderr
         ]
         if crashed:  # the other homes still run: how many lost the race
             failures += crashed

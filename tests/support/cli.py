@@ -52,3 +52,24 @@ def cortex(
             f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         )
     return proc
+
+
+def together(*args: str, home: Path, count: int = 2) -> list[subprocess.CompletedProcess[str]]:
+    """`count` `cortex ARGS` processes on one home, started at the same moment (none checked)."""
+    runs = [
+        subprocess.Popen(
+            cli_argv(*args),
+            env=cli_env(home),
+            cwd=home.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        for _ in range(count)
+    ]
+    outputs = [run.communicate(timeout=CALL_TIMEOUT_S) for run in runs]
+    return [
+        subprocess.CompletedProcess(run.args, run.returncode, out, err)
+        for run, (out, err) in zip(runs, outputs, strict=True)
+    ]

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import CALL_TIMEOUT_S, cli_argv, cli_env, cortex
+from tests.support.cli import cortex, together
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,24 +47,12 @@ def _drop_messages(home: Path, count: int) -> None:
 @pytest.mark.slow
 def test_two_runs_started_together_each_print_only_the_replies_they_made(tmp_path):
     home = tmp_path / "home"
-    cortex("run", home=home)  # Dagster's run storage made once, not by both runs at the same moment
     _drop_messages(home, 30)
 
-    runs = [
-        subprocess.Popen(
-            cli_argv("run"),
-            env=cli_env(home),
-            cwd=home.parent,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-        )
-        for _ in range(2)
-    ]
-    outputs = [run.communicate(timeout=CALL_TIMEOUT_S) for run in runs]
-    for run, (stdout, stderr) in zip(runs, outputs, strict=True):
-        assert run.returncode == 0, f"--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    runs = together("run", home=home)
+    outputs = [(run.stdout, run.stderr) for run in runs]
+    for run in runs:
+        assert run.returncode == 0, f"--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
 
     made = _waiting_replies(home)
     assert len(made) == 30 and len(set(made)) == 30, made  # nothing answered twice
