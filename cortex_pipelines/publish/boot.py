@@ -203,8 +203,10 @@ def render(data: BootInputs, max_chars: int, max_threads: int) -> str:
 
 
 def _body(markdown: str) -> str:
-    """Embed another file without its top-level heading."""
+    """Embed another file under a section of its own: without its top-level heading, and its other
+    headings one level down (the narrative's "## Decisions" and "## Timeline" had stood beside
+    BOOTSTRAP's own sections, two "Decisions" for an agent reading it section by section)."""
     lines = markdown.strip().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
-    return "\n".join(lines).strip()
+    return "\n".join(f"#{line}" if line.startswith("#") else line for line in lines).strip()

@@ -16,6 +16,7 @@ from cortex_pipelines.publish.outputs import find_secrets, publish, redact
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage import utcnow
 from cortex_pipelines.storage.facts import FactDraft
+from tests.support.cli import cortex
 from tests.support.messages_server import error, text
 from tests.support.published import (
     CONVERSATION,
@@ -257,3 +258,18 @@ def test_anthropic_bulletin_only_when_memory_changed_and_degraded_on_failure(
     finally:
         for key in s_env:
             os.environ.pop(key, None)
+
+
+def test_bootstrap_keeps_the_narratives_sections_inside_its_own(tmp_path):
+    """BOOTSTRAP.md had pasted the narrative's "## Decisions" and "## Timeline" at its own sections'
+    level: two "Decisions" sections for an agent reading it section by section (QA, helper-48)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("send", "webchat", "We decided to go with the blue tiles for the bathroom.", home=home)
+    cortex("run", home=home)
+    text = (home / "out" / "BOOTSTRAP.md").read_text(encoding="utf-8")
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert len(sections) == len(set(sections)) and "## Narrative" in sections, sections
+    narrative = text[text.index("## Narrative") :].split("\n## ")[0]
+    assert "\n### Decisions" in narrative and "\n### Timeline" in narrative, narrative
+    assert "blue tiles" in narrative
