@@ -28,9 +28,10 @@ _PASSWORD_WORD = r"(?i:\b(?:password|passwort|kennwort|passwd|passphrase|pwd)s?\
 # "the code for the gate", never "code" alone ("the code is 200 lines", "status code 404", "zip code
 # 10115"). India's "pin code" (a postcode) is redacted too: hiding a postcode costs less than a PIN.
 _CODE_WORD = (
-    r"(?i:\b(?:pin(?:[ -]?(?:code|number|nummer))?|puk|pass[ -]?code|combination|cvv2?|cvc2?"
-    r"|(?:door|gate|garage|alarm|locker|safe|lock|padlock|security|access|entry|entrance|keypad|unlock)"
-    r"[ -]?code"
+    r"(?i:\b(?:pin(?:[ -]?(?:code|number|nummer))?|puk|pass[ -]?code|combination(?: lock)?|cvv2?|cvc2?"
+    r"|(?:door|gate|garage|alarm|locker|safe|lock|padlock|security|access|entry|entrance|keypad|unlock"
+    r"|wi-?fi|wlan|router|building|front[ -]?door)"
+    r"[ -]?code|code\s+to\s+get\s+in"
     r"|code\s+(?:for|to|of)(?:\s+(?:the|my|our|your))?(?:\s+(?:front|back|main|bike))?"
     r"\s+(?:door|gate|garage|alarm|locker|safe|lock|padlock|keypad|building|house|flat|apartment|entrance)"
     r"|geheimzahl|geheimnummer|(?:zahlen)?kombination"
@@ -41,9 +42,24 @@ _CODE_WORD = (
 # on the board", "access code 2024 rollout"). The value needs its digits ("the PIN is wrong" is not
 # one) and takes letters, dashes, spaced digit groups and a trailing # or *; a time, a decimal or a
 # date is no code.
+# What a PIN or a combination may be "for" before its value: a card, an account, a lock ("the PIN for
+# my card is …", "the combination to the safe is …"), never any thing ("the combination of rice and
+# beans is 300 calories", "the pin for the tent was 150 mm long").
+_LOCKED = (
+    r"(?:cards?|bank|account|phone|mobile|sim|safe|lock|padlock|locker|door|gate|bike|shed|garage|alarm"
+    r"|debit|credit|atm|visa|mastercard|amex|building|house|flat|apartment|entrance|keypad|wi-?fi|router"
+    r"|box|vault|tresor|karte|konto|handy)"
+)
 _CODE_ANNOUNCED = (
-    r"(?:\s+(?i:for|of|to|on|für|von|zum|zur|der|des)(?:\s+[^\s:=,;.!?]+){1,3}?|\s+[^\W\d_]+(?=\s*[:=]))?"
-    r"(?:\s*[:=]|\s+(?i:is|was|ist|war|lautet)(?:\s*:)?)\s*[\"'“‘]?"
+    r"(?:\s+(?i:for|of|to|on|für|von|zum|zur|der|des)(?:\s+[^\s:=,;.!?]+){0,2}?\s+(?i:"
+    + _LOCKED
+    + r")\b|\s+[^\W\d_]+(?=\s*[:=]))?"
+    r"(?:\s*[:=]|\s+(?i:is|was|ist|war|lautet)(?:\s*:)?|['’]s)\s*[\"'“‘]?"
+)
+# A number with a unit after it is a measure, not a code ("is 300 calories", "was 180 kg").
+_A_MEASURE = (
+    r"(?!\s*(?:%|(?i:kg|g|mm|cm|km|m|kcal|cal|calories|euros?|eur|pounds?|dollars?|usd|percent|minutes?"
+    r"|mins?|hours?|hrs?|days?|weeks?|months?|years?|people|persons|times)\b))"
 )
 
 
@@ -54,6 +70,7 @@ def _code_value(digits: int) -> str:
         + rf"(?=(?:[A-Za-z-]*\d){{{digits}}})[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*"
         + rf"|(?=\d(?:[ -]?\d){{{digits - 1}}})\d+(?:[ -]\d+){{0,3}}"
         + r")(?:[#*](?!\w))?)(?![\w-]|[:.,/]\d)"
+        + _A_MEASURE
     )
 
 

@@ -132,6 +132,12 @@ CODES = [
     ("card 4111-1111-1111-1111", "card [redacted]"),
     ("paid with 4012888888881881.", "paid with [redacted]."),
     ("amex 3782 822463 10005", "amex [redacted]"),
+    # review (helper-53): a contraction, "the code to get in", a wifi code, a combination lock
+    ("my pin's 4417", "my pin's [redacted]"),
+    ("the code to get in is 4471", "the code to get in is [redacted]"),
+    ("Our wifi code is 88442211", "Our wifi code is [redacted]"),
+    ("Combination lock on the shed: 7-3-9", "Combination lock on the shed: [redacted]"),
+    ("the combination to the safe is 12-34-56", "the combination to the safe is [redacted]"),
 ]
 # Said as they are, and published as they are: no secret in them.
 NOT_CODES = [
@@ -156,6 +162,12 @@ NOT_CODES = [
     "the card ends 4111 1111 1111 1112",  # a card's shape, Luhn fails
     "created at 1700000000000 ms",  # a timestamp, no card network starts with 1
     "version 4.12.3 is out",
+    # review (helper-53): "combination" or "pin" of any thing, and a measure after "is"
+    "The combination of rice and beans is 300 calories",
+    "The combination of both offers is 250 euros cheaper",
+    "His combination was 180 kg in total",
+    "The pin for the tent was 150 mm long",
+    "Pin for the noticeboard: 300 needed",
 ]
 
 
