@@ -243,6 +243,14 @@ _REPORTED = re.compile(
     r"\b(?:tell|telling|say|saying|ask|asking|mention|explain|let\s+\w+\s+know|remind\s+(?!me\b|us\b)\w+)\b",
     re.I,
 )
+# What makes the words someone is to be told a statement of their own: a verb like these ("the rent
+# is due", "I'll be there"); "ask for a raise at 11am" has none, and its time is the reminder's.
+_TOLD_CLAUSE = re.compile(
+    r"\b(?:is|are|was|were|am|be|been|will|won't|would|can|can't|could|should|must|has|have|had|"
+    r"isn't|aren't|wasn't|does|doesn't|did|didn't)\b"
+    r"|\b(?:it|he|she|that|there|what|who|i|we|you|they)['’](?:s|re|ll|m|d|ve)\b",
+    re.I,
+)
 _TO = re.compile(r"^\s*(?:to|that|about|of|:|-)\s+", re.I)
 # The word that opens the reminder's own words after the request's: "remind me tomorrow at 9 that …".
 _OPENS = re.compile(r"\b(?:to|that|about)\b|:(?!\d)", re.I)
@@ -350,17 +358,25 @@ def _timed(said: str) -> bool:
 
 def _when_ends(text: str) -> int:
     """Where the words that may say when a one-off reminder fires end: once the request has said a
-    day or a time, one said in what someone is to be told is part of it ("remind me at 5pm to tell
-    Ana the rent is due on the 1st" is for 17:00 today, "remind me tomorrow to tell Ana I'll be there
-    in 10 minutes" for tomorrow), and so is one in the statement "that" opens ("remind me at 9 that
-    the rent is due on the 1st"). "remind me at 9 to call mum on Friday" is for Friday at 9."""
+    day or a time, one said in a statement someone is to be told is part of it ("remind me at 5pm
+    to tell Ana the rent is due on the 1st" is for 17:00 today, "remind me tomorrow to tell Ana
+    I'll be there in 10 minutes" for tomorrow), as is one in the statement "that" opens ("remind me
+    at 9 that the rent is due on the 1st"). Without a statement of its own before it, the time is
+    the reminder's: "remind me on Friday to ask for a raise at 11am", "remind me at 9 to call mum on
+    Friday"."""
     opens = _opens(text)
     if opens == len(text) or not _timed(text[:opens]):
         return len(text)
     if text[opens:].lower().startswith("that"):
-        return opens
-    reported = _REPORTED.search(text, opens)
-    return reported.start() if reported else len(text)
+        told, cut = opens, opens
+    elif reported := _REPORTED.search(text, opens):
+        told, cut = reported.end(), reported.start()
+    else:
+        return len(text)
+    said = [
+        m.start() for p in (_RELATIVE_DAY, _WEEKDAY, _IN, *_DATES, *_CLOCKS) if (m := p.search(text, told))
+    ]
+    return cut if said and _TOLD_CLAUSE.search(text, told, min(said)) else len(text)
 
 
 def _starts(text: str, repeats: re.Match) -> bool:

@@ -132,6 +132,32 @@ FRI_SMALL_HOURS = _london("2026-03-27T00:30:00+00:00")
             "tell Ana it's due tomorrow",
             "2026-04-03T09:00+01:00",
         ),
+        # Without a statement of its own in what is told, its time is the reminder's (review,
+        # helper-53: these had fired at the 09:00 default).
+        (
+            "remind me on Friday to ask for a raise at 11am",
+            SAT_NOON,
+            "ask for a raise",
+            "2026-04-03T11:00+01:00",
+        ),
+        (
+            "remind me tomorrow to say thanks at lunch at 1pm",
+            SAT_NOON,
+            "say thanks at lunch",
+            "2026-03-29T13:00+01:00",
+        ),
+        (
+            "remind me on Monday to let Sam know about the party at 8pm",
+            SAT_NOON,
+            "let Sam know about the party",
+            "2026-03-30T20:00+01:00",
+        ),
+        (
+            "remind me tomorrow to email Ana, and tell her about the contract, at 3pm",
+            SAT_NOON,
+            "email Ana, and tell her about the contract",
+            "2026-03-29T15:00+01:00",
+        ),
         # Outside what is told, a later day or time still says when.
         ("remind me at 9 to call mum on Friday", SAT_NOON, "call mum", "2026-04-03T09:00+01:00"),
         (
