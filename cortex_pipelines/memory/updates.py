@@ -125,7 +125,9 @@ NO_SUBJECT = re.compile(
 VERBISH = re.compile(
     r"^(?:is|are|was|were|isn't|aren't|wasn't|weren't|has|have|had|hasn't|haven't|got|gets|will|"
     r"won't|would|can|can't|could|does|doesn't|did|didn't|now|just|still|no|never|finally|also|"
-    r"always|usually|only|then|already|[a-z]+ed|[a-z]+(?<![su])s)$"
+    r"always|usually|only|then|already|went|came|left|ran|made|took|gave|said|told|became|began|"
+    r"broke|brought|bought|fell|found|held|kept|knew|lost|met|paid|put|sent|sold|spent|stood|won|"
+    r"[a-z]+ed|[a-z]+(?<![su])s)$"
 )
 # A change that adds to what was true replaces nothing: "Wanjiru now sells coffee as well".
 ADDS = re.compile(r"\b(?:as well|too|also|in addition|on top of that|besides)\b", re.I)
@@ -148,32 +150,54 @@ WEAK_SUBJECT_WORDS = STOP_WORDS | {
 _TOKEN = re.compile(r"[\w'’-]+")
 
 
-def opening_subject(sentence: str, told: bool = False) -> frozenset[str]:
-    """The words of the subject a sentence opens with, lower case, without a possessive "'s"
-    ("Joaquim's rate is …": joaquim, rate); empty when it opens with a pronoun or no verb follows
-    within MAX_SUBJECT_WORDS. `told`: a subject of the user's may open it too ("My uncle Farid
-    runs a coffee shop": uncle, farid), as an earlier statement the change is compared with."""
+@dataclass(frozen=True)
+class Subject:
+    """What a sentence opens with: its words (lower case), those of them written as names ("Tom",
+    "Berlin", "Uncle Farid"), and whether the user's "my" or "our" opened it."""
+
+    words: frozenset[str] = frozenset()
+    names: frozenset[str] = frozenset()
+    owned: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.words)
+
+
+def opening_subject(sentence: str, told: bool = False) -> Subject:
+    """The subject a sentence opens with, without a possessive "'s" ("Joaquim's rate is …":
+    joaquim, rate); empty when it opens with a pronoun or no verb follows within
+    MAX_SUBJECT_WORDS. `told`: a subject of the user's may open it too ("My uncle Farid runs a
+    coffee shop": uncle, farid, owned), as an earlier statement the change is compared with."""
     tokens = _TOKEN.findall(sentence)
+    owned = False
     while tokens and (SUBJECT_LEADS.match(tokens[0]) or (told and OWNED.match(tokens[0]))):
+        owned = owned or bool(OWNED.match(tokens[0]))
         tokens = tokens[1:]
     if not tokens or NO_SUBJECT.match(tokens[0]) or FIRST_PERSON.match(tokens[0]):
-        return frozenset()
-    words = []
+        return Subject()
+    said = []
     for token in tokens[: MAX_SUBJECT_WORDS + 1]:
         if VERBISH.match(token):
             break
-        words.append(re.sub(r"['’]s$", "", token).lower())
+        said.append(token)
     else:
-        return frozenset()
-    return frozenset(w for w in (w.strip("'’") for w in words) if w and w not in WEAK_SUBJECT_WORDS)
+        return Subject()
+    words, names = set(), set()
+    for token in said:
+        word = re.sub(r"['’]s$", "", token).strip("'’").lower()
+        if word and word not in WEAK_SUBJECT_WORDS:
+            words.add(word)
+            if token[0].isupper():
+                names.add(word)
+    return Subject(frozenset(words), frozenset(names), owned)
 
 
-def changed_subject(text: str) -> frozenset[str]:
+def changed_subject(text: str) -> Subject:
     """What a statement tells a change of when it is neither about the user nor news of someone by
     name or relation (`changed_person`): the subject of its first sentence that says a change and
     does not speak of the user ("The Berlin trip got moved to the 19th": berlin, trip)."""
     if never_an_answer(text) or len(subject_of(text).split()) < MIN_SUBJECT_WORDS:
-        return frozenset()
+        return Subject()
     for sentence in split_sentences(text):
         if (
             says_change(sentence)
@@ -182,25 +206,34 @@ def changed_subject(text: str) -> frozenset[str]:
             and not FIRST_PERSON.search(sentence)
         ) and (subject := opening_subject(sentence)):
             return subject
-    return frozenset()
+    return Subject()
 
 
-def told_subject(text: str) -> frozenset[str]:
+def told_subject(text: str) -> Subject:
     """The subject a statement about someone or something else opens with, change or not."""
     if never_an_answer(text):
-        return frozenset()
+        return Subject()
     said = next(iter(split_sentences(text)), "")
     return (
-        opening_subject(said)
-        if said and not (USER_PRONOUN.search(said) or ADDS.search(said))
-        else frozenset()
+        opening_subject(said) if said and not (USER_PRONOUN.search(said) or ADDS.search(said)) else Subject()
     )
 
 
-def same_subject(subject: frozenset[str], text: str) -> bool:
-    """Whether a statement opens one of its sentences with a subject sharing a word with `subject`
-    ("The pharmacy on Elm Street closes at 6" and "The Elm Street pharmacy …")."""
-    return any(subject & opening_subject(s, told=True) for s in split_sentences(text))
+def same_subject(subject: Subject, text: str) -> bool:
+    """Whether a statement opens one of its sentences with the same subject: a word in common ("The
+    pharmacy on Elm Street closes at 6" and "The Elm Street pharmacy …"), every name the change
+    gives ("Tom's phone number changed" is not of "The phone number is …"), and, when the user's
+    "my" opened it, a name in common ("My uncle Farid runs …" and "Uncle Farid's place …", never
+    "My phone number is …" and Tom's, nor "My gym" and "The gym changed its hours")."""
+    for sentence in split_sentences(text):
+        earlier = opening_subject(sentence, told=True)
+        if (
+            subject.words & earlier.words
+            and subject.names <= earlier.words
+            and (not earlier.owned or subject.names & earlier.words)
+        ):
+            return True
+    return False
 
 
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
@@ -312,7 +345,7 @@ def superseded_statement(
     earlier owner statement opening with the same subject, at `same_subject_min_cosine`; with
     `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour").
     Returns its session ids and the cosine."""
-    subject = frozenset()
+    subject = Subject()
     if same_subject_min_cosine is not None and not announces_change(new_text):
         subject = told_subject(new_text) if restatement else changed_subject(new_text)
     earlier = [
