@@ -233,13 +233,15 @@ class Brain:
             if vectors is not None:
                 turn_vectors.record(con, session_id, *vectors)
             count_cold_dispatch(con, self.settings.paths.memory_bulletin)
-            op = note = None
+            op = note = late = None
             if msg.channel == ROUTER_CHANNEL:
                 trusted = self.settings.is_owner(msg.channel, msg.sender)
                 op, note = ops_store.complete_from_message(con, msg.text, msg.metadata, trusted)
-            return assemble(con, self.settings, msg, session_id, note), op, note
+                if trusted and op is None and msg.metadata.get("op_id"):
+                    late = ops_store.overdue(con, str(msg.metadata["op_id"]))
+            return assemble(con, self.settings, msg, session_id, note), op, note, late
 
-        context, completed_op, op_note = self.db.run(begin_turn)
+        context, completed_op, op_note, late_op = self.db.run(begin_turn)
         if vectors is not None:
             model, vector, sentences = vectors
             tail.keep_recorded(str(self.db.path), model, context.session_id, msg.text, vector, sentences)
@@ -257,6 +259,7 @@ class Brain:
             "completed_op": completed_op,
             "failed_ops": self._failures_to_tell(msg, context),
             "op_note": op_note,
+            "late_op": late_op and {**late_op, "result": msg.text},
             "now": clock.now().astimezone(schedules.zone(self.settings.timezone)).isoformat(),
             "sent_at": msg.sent_at.replace(tzinfo=UTC).isoformat(),  # "in 10 minutes" counts from it
             "timezone": self.settings.timezone,

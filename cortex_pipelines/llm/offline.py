@@ -116,6 +116,14 @@ class OfflineClient:
             summary = " ".join(str(op.get("result", "")).split())[:600]
             task = _delegated_task(op["description"])
             return _reply(request, f"[[send_to:{target}]] Your delegated task is done ({task}): {summary}")
+        if late := hints.get("late_op"):  # told it failed, the owner still gets what came
+            summary = " ".join(str(late["result"]).split())[:600]
+            task = _delegated_task(late["description"])
+            return _reply(
+                request,
+                f"[[send_to:{late['expected_channel']}]] A late result for your delegated task ({task}), "
+                f"which I had told you failed at its deadline: {summary}",
+            )
         if hints.get("op_note"):
             return _reply(request, f"Not recorded as a result: {hints['op_note']}.")
         if _THANKS.match(text):

@@ -116,6 +116,19 @@ def _closed(con, op_id: str) -> str | None:
 NAMES_NO_OP = "it names no op (metadata op_id, or op_ref): nothing was completed; send it with the op's op_id"
 
 
+def overdue(con, op_id: str) -> dict | None:
+    """The op supervision failed at its deadline, by its exact id: a result for it that comes late
+    is still what the owner asked for (they were told it failed), so it is passed on, not kept."""
+    rows = dict_rows(
+        con.execute(
+            "SELECT id, description, expected_channel FROM pending_ops "
+            "WHERE id = ? AND status = 'failed' AND result = ?",
+            [op_id, f"Error: {OVERDUE}"],
+        )
+    )
+    return rows[0] if rows else None
+
+
 def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tuple[dict | None, str | None]:
     """A router message completes the one op it names, and only from a configured router sender.
     Returns (op, note): the note says why a message that names an op completed nothing."""
@@ -125,6 +138,12 @@ def complete_from_message(con, text: str, metadata: dict, trusted: bool) -> tupl
     if not trusted:
         return None, f"the sender is not a configured router sender: {what} completed nothing"
     if not named and metadata.get("op_id") and (closed := _closed(con, str(metadata["op_id"]))):
+        if late := overdue(con, str(metadata["op_id"])):
+            to = late["expected_channel"]
+            return (
+                None,
+                f"{closed}; this result came late: tell the owner what it says on {to} ([[send_to:{to}]])",
+            )
         return None, f"{closed}; this result completed nothing"
     if len(named) != 1:
         found = f"{len(named)} open operations ({', '.join(named[:5])})" if named else "no open operation"

@@ -136,20 +136,17 @@ def test_strangers_never_write_the_user_and_only_the_router_completes_ops(tmp_pa
     assert "Porto" in decided and "EvilCorp" not in decided, decided
 
     # A day later supervision has failed the dentist op as overdue; its result, arriving now with
-    # the exact op_id, is told so rather than "no open operation … name the op by its exact op_id".
+    # the exact op_id, reaches the owner as a late result (it had been told the op failed, and the
+    # result went only to the router: "this result completed nothing"), and the op stays closed.
     _inbox(
         home, "router", "r7", "Result: Dr. Brandt, Rua da Mouraria 3.", "router", metadata={"op_id": dentist}
     )
     _cortex(home, "--now", "+25h", "run")
-    ((deadline, status),) = read_only(
-        home,
-        f"SELECT strftime(deadline_at, '%Y-%m-%d %H:%M'), status || ': ' || result FROM pending_ops "
-        f"WHERE id = '{dentist}'",
-    )
+    ((status,),) = read_only(home, f"SELECT status || ': ' || result FROM pending_ops WHERE id = '{dentist}'")
     assert status == "failed: Error: no result before its deadline"  # and not reopened by the late result
     late = _reply_to(home, "r7")
-    assert f"op {dentist} was already failed by supervision at " in late, late
-    assert late.endswith(f"(overdue since {deadline} UTC); this result completed nothing."), late
+    assert late.startswith("A late result for your delegated task"), late
+    assert late.endswith("Result: Dr. Brandt, Rua da Mouraria 3."), late
 
 
 # ----------------------------------------------------------------------------------------------

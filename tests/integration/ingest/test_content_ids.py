@@ -195,3 +195,18 @@ def test_a_result_naming_no_op_is_told_so_not_noted(tmp_path):
     (reply,) = json.loads(cortex("outbox", "router", "--json", home=home).stdout)
     assert reply["text"].startswith("Not recorded as a result: it names no op"), reply
     assert _ops(home) == {op: "pending: "}
+
+
+def test_a_result_after_the_deadline_reaches_the_owner_who_was_told_it_failed(tmp_path):
+    """Supervision fails an op at its deadline and the owner is told; a result that came an hour
+    later had gone only to the router, "this result completed nothing" (QA, helper-48)."""
+    home = tmp_path / "home"
+    (op,) = _delegate(home, "Can you research hotels near Belém?")
+    cortex("--now", "+25h", "run", home=home)  # past its deadline: failed by supervision
+    assert _ops(home)[op].startswith("failed")
+    _drop(home, "r1", {**_result({"op_id": op}), "text": "Result: Hotel Jerónimo, 90 euros."})
+    cortex("--now", "+26h", "run", home=home)
+    told = [r["text"] for r in json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)]
+    late = [t for t in told if t.startswith("A late result for your delegated task")]
+    assert len(late) == 1 and late[0].endswith("Result: Hotel Jerónimo, 90 euros."), told
+    assert _ops(home)[op].startswith("failed")  # a closed op is never reopened
