@@ -81,7 +81,8 @@ def test_a_reminder_on_a_calendar_date_is_set_for_that_day(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_day_or_time_in_what_someone_is_to_be_told_is_part_of_it(tmp_path):
     """Said after the reminder's own time, "on the 1st" and "in 10 minutes" in what Ana is to be
-    told had set the reminders for 1 April and for 12:10 today (QA, helper-42)."""
+    told had set the reminders for 1 April and for 12:10 today (QA, helper-42); a time after "ask"
+    with no statement told is still the reminder's (review, helper-53)."""
     home = tmp_path / "home"
     _answer(
         home,
@@ -89,12 +90,14 @@ def test_a_day_or_time_in_what_someone_is_to_be_told_is_part_of_it(tmp_path):
             "remind me at 5pm to tell Ana the rent is due on the 1st",
             "remind me tomorrow to tell Bo I'll be there in 10 minutes",
             "remind me at 9 to call mum on Friday",
+            "remind me on Friday to ask for a raise at 11am",  # no statement told: its own time
         ],
     )
     assert _jobs(home) == {
         "tell Ana the rent is due on the 1st": ("once", "2026-03-28T17:00+00:00"),
         "tell Bo I'll be there in 10 minutes": ("once", "2026-03-29T09:00+01:00"),
         "call mum": ("once", "2026-04-03T09:00+01:00"),
+        "ask for a raise": ("once", "2026-04-03T11:00+01:00"),
     }
 
 
@@ -536,3 +539,14 @@ def test_a_monthly_word_that_names_no_repetition_sets_one_reminder(text, task, a
     wish = english.parse(text, SAT_NOON)
     assert wish is not None and wish.cron is None
     assert (wish.task, wish.at.isoformat(timespec="minutes")) == (task, at)
+
+
+@pytest.mark.timeout(600)
+def test_a_repeating_reminder_back_on_time_says_the_firings_it_missed(tmp_path):
+    """Down from 12:15 to 14:00: the 14:00 firing is on time, the three before it were missed, and
+    the reply had been a plain "Reminder: drink water" (QA, helper-48)."""
+    home = tmp_path / "home"
+    _answer(home, ["remind me every 30 minutes to drink water"])
+    cortex("--now", "2026-03-28T14:00:30+00:00", "run", home=home, env={"CORTEX_TIMEZONE": "Europe/London"})
+    (fired,) = [r for r in _replies(home) if r.startswith("Reminder: drink water")]
+    assert fired == "Reminder: drink water (I was not running for the 3 time(s) before this one)", fired
