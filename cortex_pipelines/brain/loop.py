@@ -439,7 +439,10 @@ class Brain:
         return complete_recorded(self.db, self.llm, request, bus_id=bus_id)
 
     def _commit(self, con, msg: BusMessage, context: Context, output: Output, routed: Routed) -> None:
-        """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint."""
+        """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint. Nothing when the
+        lease was taken over while the model answered: the new holder answers the message again."""
+        if not lease.held(con):
+            raise lease.LeaseLost(f"the brain lease was taken over while bus #{msg.id} was answered")
         channel = output.targets[0] if output.targets else msg.channel
         meta = {
             "silence": output.silence,

@@ -51,7 +51,11 @@ def recover_interrupted_work(con, settings: Settings, started_before=None) -> Re
 def release_stopped_work(con, settings: Settings, claimed_since) -> list[int]:
     """Undo what a drainer stopped by SIGINT or SIGTERM left half done, as for a dead one, but its
     messages go back to the queue with the attempt not counted (unless it was stuck on one longer
-    than CORTEX_STUCK_AFTER_S). Returns their ids."""
+    than CORTEX_STUCK_AFTER_S). Returns their ids. A drainer whose lease was taken over releases
+    nothing: what it had claimed was recovered by the new holder, and what is in processing now is
+    the new holder's."""
+    if not lease.held(con):
+        return []
     stuck_since = utcnow() - timedelta(seconds=settings.stuck_after_s)
     released = bus.release_claimed(con, claimed_since, stuck_since)
     ops_store.fail_orphans(con, released)

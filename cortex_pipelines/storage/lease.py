@@ -56,11 +56,28 @@ def acquire(con, holder: str, timeout_s: float) -> bool:
     return row is not None
 
 
+class LeaseLost(BrainBusy):
+    """This process's lease was taken over (it hung past the lease timeout): the new holder
+    recovered what it had claimed and answers the queue now, so this one must stop touching it."""
+
+
+def held(con) -> bool:
+    """Whether this process still holds the lease."""
+    row = con.execute(
+        "SELECT 1 FROM brain_lease WHERE name = ? AND pid = ? AND host = ?",
+        [NAME, os.getpid(), socket.gethostname()],
+    ).fetchone()
+    return row is not None
+
+
 def heartbeat(con) -> None:
-    con.execute(
-        "UPDATE brain_lease SET heartbeat_at = ? WHERE name = ? AND pid = ? AND host = ?",
+    """Raises LeaseLost when another process took the lease over."""
+    row = con.execute(
+        "UPDATE brain_lease SET heartbeat_at = ? WHERE name = ? AND pid = ? AND host = ? RETURNING 1",
         [utcnow(), NAME, os.getpid(), socket.gethostname()],
-    )
+    ).fetchone()
+    if row is None:
+        raise LeaseLost("another process took the brain lease over while this one hung; it answers the queue")
 
 
 def release(con) -> None:

@@ -13,7 +13,7 @@ from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.proactive.supervision import release_stopped_work
-from cortex_pipelines.storage import bus, outbox, utcnow
+from cortex_pipelines.storage import bus, lease, outbox, utcnow
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient
 
@@ -141,7 +141,6 @@ def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(setti
     assert "[FAILED MESSAGE]" not in llm.requests[1].system  # shown once
 
 
-
 def test_a_defect_answering_one_message_fails_it_and_the_queue_behind_it_is_answered(settings, db):
     """An exception no provider should raise (the offline parser's OverflowError on "remind me in
     99999999999 weeks") stopped the run: the messages behind it waited for three runs, until the
@@ -158,6 +157,7 @@ def test_a_defect_answering_one_message_fails_it_and_the_queue_behind_it_is_answ
         ("failed", "internal error: OverflowError: Python int too large to convert to C int"),
         ("completed", None),
     ]
+
 
 def test_delegated_op_lifecycle(settings, db):
     _queue(settings, db, msg("webchat", "Can you research quiet cafés near the office?", "d1"))
@@ -258,6 +258,7 @@ def test_a_run_stopped_after_hanging_on_a_message_counts_the_attempt(settings, d
     runtime, say) keeps its attempt, so a message that hangs every time still fails in the end."""
     _queue(settings, db, msg("webchat", "a", "1"), msg("webchat", "b", "2"))
     since = utcnow() - timedelta(hours=3)
+    db.run(lease.acquire, "drain", settings.lease_timeout_s)
     hung, fresh = db.run(bus.claim_next), db.run(bus.claim_next)
     db.run(lambda con: con.execute("UPDATE bus SET started_at = ? WHERE id = ?", [since, hung.id]))
     assert db.run(release_stopped_work, settings, since) == [hung.id, fresh.id]
@@ -265,3 +266,40 @@ def test_a_run_stopped_after_hanging_on_a_message_counts_the_attempt(settings, d
         (hung.id, "pending", 1),
         (fresh.id, "pending", 0),
     ]
+
+
+def _taken_over(con):
+    """What another process does once this one hung past the lease timeout: it takes the lease,
+    recovers what was in processing and claims it again."""
+    con.execute(
+        "INSERT OR REPLACE INTO brain_lease (name, holder, host, pid, heartbeat_at) VALUES (?, ?, ?, ?, ?)",
+        [lease.NAME, "drain", "another-host", 1, utcnow()],
+    )
+    bus.recover_interrupted(con, max_attempts=5)
+    return bus.claim_next(con)
+
+
+@pytest.mark.parametrize("then", ["answers", "is stopped"])
+def test_a_drainer_whose_lease_was_taken_over_leaves_the_queue_to_the_new_holder(settings, db, then):
+    """A model call that hangs past the lease timeout lets another process take the lease over and
+    answer the queue. When the call comes back, or the hung run is stopped, it neither records its
+    answer (the message would be answered twice), nor claims the next message (two drainers at once),
+    nor puts back what the new holder is answering."""
+    _queue(settings, db, msg("webchat", "a", "1"), msg("webchat", "b", "2"))
+    taken = {}
+
+    def hangs_on_a(request):
+        taken["msg"] = db.run(_taken_over)
+        if then == "is stopped":
+            raise KeyboardInterrupt
+        return _echo(request)
+
+    with pytest.raises((lease.LeaseLost, KeyboardInterrupt)):
+        Brain(db, settings, ScriptedClient(default=hangs_on_a)).drain()
+    assert taken["msg"].text == "a"
+    assert db.query("SELECT text, state, attempts FROM bus ORDER BY id") == [
+        ("a", "processing", 2),
+        ("b", "pending", 0),
+    ]
+    assert db.run(outbox.waiting) == []
+    assert db.query("SELECT pid FROM brain_lease") == [(1,)]
