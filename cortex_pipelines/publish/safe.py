@@ -101,7 +101,39 @@ class _CardNumbers:
         return self._regex.sub(lambda m: repl(m) if self._valid(m) else m.group(), text)
 
 
-SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers] = [
+class _NextCode:
+    """The codes that follow a redacted one in a list or a change ("PINs: 1234 and 5678", "the lock
+    code was 1234, now 5678", "1234 → 5678"): each is as secret as the first. Applied until nothing
+    more is found, since each redaction may announce the next."""
+
+    pattern = (
+        re.escape(REDACTED)
+        + r"(?:\s*(?:[,;/]|->|→)\s*|\s+)(?:(?i:and|or|but|then|now|it['’]s|it\s+is|is|changed\s+to"
+        r"|became|the\s+new\s+one\s+is|new(?:\s+one)?:?)\s+){0,3}"
+    ) + _code_value(3)
+    _regex = re.compile(pattern)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self._regex.search(text)
+
+    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
+        while (done := self._regex.sub(repl, text)) != text:
+            text = done
+        return text
+
+
+# Said before its word: "4417 is my PIN", "5580 was the door code", "1234 is the PIN for my card".
+_CODE_BEFORE_ITS_WORD = (
+    r"(?<![\w.,/+-])(?P<secret>\d{3,}(?:[ -]\d+){0,3})\s+"
+    r"(?i:is|was|will\s+be|becomes|is\s+now)\s+(?i:my|our|the|his|her|their|your)\s+"
+    r"(?:[^\W\d_]+\s+){0,2}?"
+    + _CODE_WORD
+    + r"(?:\s+(?i:for|of|to|on)(?:\s+[^\s:=,;.!?]+){0,2}?\s+(?i:"
+    + _LOCKED
+    + r")\b)?(?=\s*(?:[.,;:!?)]|$))"
+)
+
+SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers | _NextCode] = [
     # PEM blocks first, while their lines are still lines; an unterminated one runs to the end.
     re.compile(
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
@@ -137,6 +169,8 @@ SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers] = [
     re.compile(_CODE_WORD + _CODE_ANNOUNCED + _code_value(3)),
     re.compile(_CODE_WORD + r"\s+(?!(?:19|20)\d\d(?![\w-]))" + _code_value(4)),
     re.compile(r"(?i:\b(?:cvv|cvc)2?s?\b)\s+" + _code_value(3)),  # a card's CVV/CVC has 3 or 4 digits
+    re.compile(_CODE_BEFORE_ITS_WORD),
+    _NextCode(),
     re.compile(_SECRET_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]{6,})"),
     re.compile(
         _SECRET_WORD

@@ -138,6 +138,14 @@ CODES = [
     ("Our wifi code is 88442211", "Our wifi code is [redacted]"),
     ("Combination lock on the shed: 7-3-9", "Combination lock on the shed: [redacted]"),
     ("the combination to the safe is 12-34-56", "the combination to the safe is [redacted]"),
+    # a code before its word, and the codes after a redacted one in a list or a change
+    ("4417 is my PIN", "[redacted] is my PIN"),
+    ("I think 5580 was the door code.", "I think [redacted] was the door code."),
+    ("1234 is the PIN for my card, ok", "[redacted] is the PIN for my card, ok"),
+    ("Lock code was 1234, now 5678", "Lock code was [redacted], now [redacted]"),
+    ("PINs: 1234, 5678 and 9012", "PINs: [redacted], [redacted] and [redacted]"),
+    ("the PIN was 1234, changed to 5678.", "the PIN was [redacted], changed to [redacted]."),
+    ("gate code 1234 → 5678", "gate code [redacted] → [redacted]"),
 ]
 # Said as they are, and published as they are: no secret in them.
 NOT_CODES = [
@@ -168,6 +176,10 @@ NOT_CODES = [
     "His combination was 180 kg in total",
     "The pin for the tent was 150 mm long",
     "Pin for the noticeboard: 300 needed",
+    "2024 is the year my PIN changed",
+    "300 is the combination of rice and beans",
+    "My PIN is [redacted] and 3 tries are left",
+    "the door code is [redacted], 10 minutes walk",
 ]
 
 
@@ -183,7 +195,12 @@ def test_sentences_about_pins_codes_and_numbers_are_not_redacted(said):
 
 
 # What the QA pass found in narrative.md and BOOTSTRAP.md: codes the owner told the assistant.
-OWNER_CODES = {"bank PIN": ("4417", "My bank PIN is {}"), "locker code": ("4471", "my locker code is {}")}
+OWNER_CODES = {
+    "bank PIN": ("4417", "My bank PIN is {}"),
+    "locker code": ("4471", "my locker code is {}"),
+    "door code": ("5580", "{} is the door code for the flat"),
+    "bike lock": ("9302", "The bike lock code was 2203, now {}"),
+}
 
 
 @pytest.mark.slow
