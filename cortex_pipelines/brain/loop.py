@@ -34,7 +34,11 @@ from cortex_pipelines.memory.pipeline import embedder_id, turn_lines
 from cortex_pipelines.memory.recall import Hit, recall, recall_query
 from cortex_pipelines.memory.superseding import link_update
 from cortex_pipelines.proactive import schedules
-from cortex_pipelines.proactive.supervision import recover_interrupted_work, release_stopped_work
+from cortex_pipelines.proactive.supervision import (
+    fail_overdue_work,
+    recover_interrupted_work,
+    release_stopped_work,
+)
 from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, bus, health, lease, outbox, turn_vectors
 from cortex_pipelines.storage import ops as ops_store
@@ -199,7 +203,7 @@ class Brain:
     def _startup_cleanup(self, report: DrainReport) -> None:
         def cleanup(con):
             recovery = recover_interrupted_work(con, self.settings)
-            overdue = ops_store.fail_overdue(con)
+            overdue = fail_overdue_work(con, self.settings)
             return recovery.requeued, recovery.failed, recovery.orphaned_ops + len(overdue)
 
         requeued, failed, orphaned = self.db.run(cleanup)
@@ -343,7 +347,11 @@ class Brain:
         group, or a shadow channel that sends nothing (review, helper-42)."""
         if not speaks_for_owner(self.settings, msg) or msg.thread:
             return []
-        return [op for op in _past_deadline(context) if op.get("expected_channel") == msg.channel]
+        notice = msg.metadata.get("overdue_op") if is_firing(msg.channel, msg.sender) else None
+        where = reply_channel(msg)  # a firing's: a notice of overdue work goes where it was asked
+        return [
+            op for op in _past_deadline(context) if op.get("expected_channel") == where or op["id"] == notice
+        ]
 
     def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
         # A stranger's words are theirs, never "what the user said before": left out before the top k

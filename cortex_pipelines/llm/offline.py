@@ -103,8 +103,10 @@ class OfflineClient:
         op = hints.get("completed_op")
         if text.strip().upper() == "HEARTBEAT":
             return _reply(request, "HEARTBEAT_OK")
-        if hints.get("schedule"):
-            return _reply(request, _reminder(hints["schedule"]))
+        if (firing := hints.get("schedule")) and firing.get("overdue_op"):
+            return _reply(request, "NO_REPLY")  # the failure is told first (failed_ops), or was already
+        if firing:
+            return _reply(request, _reminder(firing))
         if "schedule_create" in tools:
             scheduled = _schedule_call(request, text, hints)
             if scheduled is not None:

@@ -2,8 +2,10 @@
 
 A message left in 'processing' with no live drainer is requeued (its attempt stays counted, so a
 message that keeps killing the process still fails after `max_attempts`); delegated work past its
-deadline is failed and shown to the model once as [FAILED]; hung Dagster runs are failed by run
-monitoring and recorded here. Every finding is a row the user sees in `cortex status --json`.
+deadline is failed, shown to the model once as [FAILED], and told to the owner at once by a notice
+on the `cron` channel whose reply goes where the work was asked for (the owner had heard of it only
+when they next wrote); hung Dagster runs are failed by run monitoring and recorded here. Every
+finding is a row the user sees in `cortex status --json`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from cortex_pipelines.config import Settings
+from cortex_pipelines import clock
+from cortex_pipelines.config import SCHEDULE_CHANNEL, SCHEDULE_SENDER, Settings
+from cortex_pipelines.ingest.envelope import validate
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.storage import bus, lease, outbox, utcnow
 from cortex_pipelines.storage import ops as ops_store
@@ -46,6 +50,43 @@ def recover_interrupted_work(con, settings: Settings, started_before=None) -> Re
         ops_store.fail_orphans(con, interrupted),
         schedule_store.delete_schedules_created_by(con, interrupted),
     )
+
+
+def fail_overdue_work(con, settings: Settings) -> list[str]:
+    """Delegated work past its deadline, failed, each with a notice queued that tells the owner
+    where the work was asked for. Returns the ops' ids."""
+    overdue = ops_store.fail_overdue(con)
+    for op in overdue:
+        _queue_overdue_notice(con, settings, op)
+    return [op["id"] for op in overdue]
+
+
+def _queue_overdue_notice(con, settings: Settings, op: dict) -> None:
+    """A firing of Cortex's own, answered like a reminder: its reply says the task failed (the
+    brain's failed_ops), on the channel the task was asked on (or where a reminder would go if
+    that channel was turned off), in the conversation it was asked in. Its external id is the op's,
+    so a notice is queued once however often supervision runs."""
+    target, gone = schedules.reply_target(con, settings, op["expected_channel"])
+    envelope = {
+        "channel": SCHEDULE_CHANNEL,
+        "external_id": f"overdue:{op['id']}",
+        "sender": SCHEDULE_SENDER,
+        "text": (
+            f"Delegated task {op['id']} got {ops_store.OVERDUE} and has failed. Tell the user now, "
+            "briefly, unless they have already been told."
+        ),
+        "priority": "normal",
+        "metadata": {
+            "overdue_op": op["id"],
+            "description": op["description"],
+            "target_channel": target,
+            "asked_in": op["bus_id"],  # the reply goes to that conversation
+        },
+    }
+    if gone and target != op["expected_channel"]:
+        envelope["metadata"] |= {"rerouted": f"its channel {op['expected_channel']} is {gone}"}
+    row = validate(envelope, settings, clock.now(), folder_channel=None, scheduler=True)
+    bus.enqueue_rows(con, [row], source=f"supervision:{op['id']}")
 
 
 def release_stopped_work(con, settings: Settings, claimed_since) -> list[int]:
@@ -83,7 +124,7 @@ def supervise(
         ]
     findings += [
         Finding("overdue_op", op_id, "failed", "no result before its deadline; shown as [FAILED] once")
-        for op_id in ops_store.fail_overdue(con)
+        for op_id in fail_overdue_work(con, settings)
     ]
     seen = findings_store.recorded_hung_runs(con)
     findings += [

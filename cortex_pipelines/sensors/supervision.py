@@ -1,7 +1,7 @@
 """The supervision sensor (seed 004): fails runs whose process died and frees their pool slots,
 exports replies a killed run committed, requeues messages stuck in processing, fails delegated work
-past its deadline, and records brain-lane runs that outlive their max runtime (run monitoring in
-the shipped dagster.yaml fails them)."""
+past its deadline (and has the owner told at once), and records brain-lane runs that outlive their
+max runtime (run monitoring in the shipped dagster.yaml fails them)."""
 
 from datetime import UTC, datetime
 
@@ -47,7 +47,8 @@ def supervision(context: SensorEvaluationContext, settings: SettingsResource, da
     findings = db.run(supervise, config, bool(runs), hung)
     for f in findings:
         context.log.warning(f"{f.kind} {f.subject}: {f.action} ({f.detail})")
-    if any(f.kind == "stuck_message" and f.action == "requeued" for f in findings):
+    # Messages to answer now: requeued ones, and the notices telling the owner of overdue work.
+    if any((f.kind, f.action) in (("stuck_message", "requeued"), ("overdue_op", "failed")) for f in findings):
         return request_processing(context, db, {})
     if not findings:
         return SkipReason("all clear")

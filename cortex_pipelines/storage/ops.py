@@ -200,11 +200,13 @@ def fail_orphans(con, bus_ids: list[int]) -> int:
     return len(rows)
 
 
-def fail_overdue(con) -> list[str]:
-    """Ops whose deadline passed without a result: failed, and shown as [FAILED] once."""
-    rows = con.execute(
+def fail_overdue(con) -> list[dict]:
+    """Ops whose deadline passed without a result: failed, and shown as [FAILED] once. Returns them
+    (id, bus_id, description, expected_channel, dispatched_at), oldest first."""
+    cur = con.execute(
         "UPDATE pending_ops SET status = 'failed', completed_at = ?, result = ? "
-        "WHERE status = 'pending' AND deadline_at < ? RETURNING id",
+        "WHERE status = 'pending' AND deadline_at < ? "
+        "RETURNING id, bus_id, description, expected_channel, dispatched_at",
         [utcnow(), f"Error: {OVERDUE}", utcnow()],
-    ).fetchall()
-    return [r[0] for r in rows]
+    )
+    return sorted(dict_rows(cur), key=lambda op: op["dispatched_at"])
