@@ -162,8 +162,18 @@ FORGET_REQUEST_PATTERN = (
 FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 
 
+# "Forget that, we're at Luigi's on Friday": "that" is what was just said and what follows the comma
+# or dash is news, a correction like "scratch that, …" (memory/updates.CORRECTION), not a request
+# that restates what to drop. It had been hidden, never recalled and never a fact: the news was lost.
+RETRACTION_WITH_NEWS = re.compile(
+    rf"{_ASKED}(?:forget|unlearn|scratch|ignore|disregard) (?:that|this|it|what i (?:just )?(?:said|wrote))"
+    r"(?:\s*[,;:–—.!-][\s,;:–—.!-]*|[ \t]*\n\s*)(?!(?:please|pls|thanks|thank you|ok|okay)\b)(?=\w)",
+    re.I,
+)
+
+
 def asks_to_forget(text: str) -> bool:
-    return bool(FORGET_REQUEST.match(text))
+    return bool(FORGET_REQUEST.match(text)) and not RETRACTION_WITH_NEWS.match(text)
 
 
 # What is hidden from the conversation the model reads and from every published file (session.
@@ -178,10 +188,13 @@ def asks_to_forget(text: str) -> bool:
 # Run by DuckDB too (RE2): no lookahead, ASCII classes; each text parses one way (no backtracking
 # blow-up in Python).
 _ABBREVIATION = r"\b(?:[a-z]|dr|mrs?|ms|mx|st|prof|jr|sr|vs|etc|no)\.[ \t]"
+_SAID_TO_END = rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*[.!?…]*\s*$"
+# Right after "forget that": the end, a comma or dash with at most "please" or "thanks" after it,
+# or words that do not open with a comma or dash (RETRACTION_WITH_NEWS goes on with news).
+_POLITE_END = r"\s*[,;:–—-][\s,;:–—-]*(?:(?:please|pls|thanks|thank you|ok|okay)\b)?[.!?…\s]*$"
 HIDDEN_FORGET_REQUEST_PATTERN = (
     rf"{_ASKED}(?:(?:forget|unlearn) (?:that|everything|all|what){_NOT_REMEMBERING}"
-    rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*"
-    r"[.!?…]*\s*$"
+    rf"(?:{_POLITE_END}|[.!?…]*\s*$|[ \t]*(?:[^\s,;:–—.!?…-]|{_ABBREVIATION}){_SAID_TO_END})"
 )
 HIDDEN_FORGET_REQUEST = re.compile(HIDDEN_FORGET_REQUEST_PATTERN, re.I | re.A)
 

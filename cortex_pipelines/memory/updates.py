@@ -51,6 +51,8 @@ CHANGE = re.compile(
 # not 5pm", "Actually mum's birthday is March 13th". It may correct any statement of the owner's.
 CORRECTION = re.compile(
     r"\b(correction|i meant|scratch that|my mistake|i was wrong|i misspoke)\b"
+    r"|^\W*(?:please\s+)?(?:forget|ignore|disregard) (?:that|this|what i (?:just )?(?:said|wrote))"
+    r"\s*[,;:–—.!-]\W*\w"
     r"|^\W*(?:oops\W+|sorry\W+)?actually\b|,\s*not\s+[\w:.]+\s*[.!]*$",
     re.IGNORECASE,
 )

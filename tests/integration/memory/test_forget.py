@@ -395,3 +395,20 @@ def test_a_message_that_only_opens_like_a_request_to_forget_stays_in_view(tmp_pa
     said = json.dumps(asked["messages"], ensure_ascii=False)
     assert "we are having dinner at Luigi's on Friday" in said and "The launch moved to March 3" in said, said
     assert "Lisbon" in said and "Ramos" not in said, said
+
+
+def test_forget_that_followed_by_news_keeps_the_news_and_it_replaces_what_it_corrects(tmp_path):
+    """ "Forget that, we're at Luigi's on Friday" is a correction like "scratch that, …": its news
+    had been hidden from every prompt, never recalled and never a fact, so the plan it replaced was
+    the only one the brain could answer with."""
+    home = tmp_path / "home"
+    cortex("init", "--owner", "webchat:ana", home=home)
+    for when, text in (
+        ("2026-11-20T10:00:00Z", "We're having dinner at the pasta place on Friday"),
+        ("2026-11-20T10:05:00Z", "Forget that, we're at Luigi's on Friday"),
+    ):
+        cortex("--now", when, "send", "webchat", text, "--sender", "ana", home=home)
+        cortex("--now", when, "run", home=home)
+    found = _json(cortex("recall", "where is dinner on Friday", "-k", "2", "--json", home=home))
+    assert "Luigi's" in found[0]["text"], found
+    assert "Luigi's" in (home / "out" / "memory_bulletin.md").read_text()
