@@ -112,9 +112,24 @@ class Context:
         return kept
 
 
-def _stable_floor(settings: Settings, known: list[dict], pinned: list[dict]) -> list[str]:
+# Someone other than the owner writes (a group chat, a stranger on a live channel): they get no tools
+# and no recalled memories, and the floor holds nothing of the owner's either. The bulletin, known
+# facts, pins, USER.md and MEMORY.md, delegated work and the owner's other conversations had all been
+# in the prompt that answered "where does your owner live?" (QA, helper-55).
+NOT_THE_OWNER = (
+    "The current message is not the owner's: its sender is someone else. You see none of the "
+    "owner's memory for it; never share what you know of the owner (where they live, their plans, "
+    "contacts, codes or other conversations)."
+)
+_PERSONA_FILES = ("SOUL.md", "IDENTITY.md")
+
+
+def _stable_floor(settings: Settings, known: list[dict], pinned: list[dict], for_owner: bool) -> list[str]:
     """Two cached blocks: persona and workspace files (change by hand), then bulletin, known facts
-    and pins (change when memory does), so a new fact leaves the first block read from cache."""
+    and pins (change when memory does), so a new fact leaves the first block read from cache. For
+    anyone but the owner, the persona alone."""
+    if not for_owner:
+        return ["\n\n".join([PREAMBLE, *_read_workspace(settings, _PERSONA_FILES)])]
     persona = "\n\n".join([PREAMBLE, *_read_workspace(settings)])
     memory: list[str] = []
     bulletin = settings.paths.memory_bulletin
@@ -167,9 +182,9 @@ def _headed(settings: Settings, turn: Turn) -> str:
     )
 
 
-def _read_workspace(settings: Settings) -> list[str]:
+def _read_workspace(settings: Settings, names: tuple[str, ...] = WORKSPACE_FILES) -> list[str]:
     parts = []
-    for name in WORKSPACE_FILES:
+    for name in names:
         path = settings.paths.workspace / name
         if path.is_file():
             body = path.read_text(encoding="utf-8", errors="replace").strip()
@@ -222,22 +237,32 @@ def _who_said(settings: Settings, channel: str, sender: str | None) -> str:
 
 
 def assemble(
-    con, settings: Settings, msg: BusMessage, inbound_session_id: int, op_note: str | None = None
+    con,
+    settings: Settings,
+    msg: BusMessage,
+    inbound_session_id: int,
+    op_note: str | None = None,
+    for_owner: bool = True,
 ) -> Context:
+    """The layered context for answering `msg`; with `for_owner` False (someone else wrote) the
+    floor is the persona alone and there is no background (NOT_THE_OWNER)."""
     budget = settings.context_total_tokens
 
     # Layer 1: the system floor, stable blocks first (prompt caching), then the volatile ones.
-    known = hot_for_floor(con, settings.known_facts_in_floor)
-    pinned = pins(con)
-    ops = ops_store.visible(con)
-    failures = unshown_failures(con)
+    known = hot_for_floor(con, settings.known_facts_in_floor) if for_owner else []
+    pinned = pins(con) if for_owner else []
+    ops = ops_store.visible(con) if for_owner else []
+    failures = unshown_failures(con) if for_owner else []
     local = clock.now().astimezone(ZoneInfo(settings.timezone))
     volatile = [f"Now: {local:%A %Y-%m-%d %H:%M} ({settings.timezone})."]
+    if not for_owner:
+        volatile.append(NOT_THE_OWNER)
     if ops or op_note:
         volatile.append(_ops_section(ops, op_note))
     if failures:
         volatile.append(_failures_section(failures))
-    stable = _fit(_stable_floor(settings, known, pinned), (budget // 2) * 4 - len("\n\n".join(volatile)))
+    floor = _stable_floor(settings, known, pinned, for_owner)
+    stable = _fit(floor, (budget // 2) * 4 - len("\n\n".join(volatile)))
     system = "\n\n".join([*stable, *volatile])
     floor_tokens = estimate_tokens(system)
 
@@ -248,7 +273,7 @@ def assemble(
     cutoff = utcnow() - timedelta(hours=settings.background_idle_hours)
     active = [
         state
-        for state in conversations.states(con)
+        for state in (conversations.states(con) if for_owner else [])
         if state["conversation"] != conversation
         and state["layer"] != "archived"
         and state["last_message_at"] is not None

@@ -243,7 +243,8 @@ class Brain:
                 op, note = ops_store.complete_from_message(con, msg.text, msg.metadata, trusted)
                 if trusted and op is None and msg.metadata.get("op_id"):
                     late = ops_store.overdue(con, str(msg.metadata["op_id"]))
-            return assemble(con, self.settings, msg, session_id, note), op, note, late
+            owner = speaks_for_owner(self.settings, msg)
+            return assemble(con, self.settings, msg, session_id, note, owner), op, note, late
 
         context, completed_op, op_note, late_op = self.db.run(begin_turn)
         if vectors is not None:
