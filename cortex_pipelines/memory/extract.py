@@ -161,21 +161,34 @@ def extraction_request(turns: list[Turn], known: list[tuple[int, str]]) -> LLMRe
     )
 
 
+class UnreadableExtraction(ValueError):
+    """The model's answer holds no whole JSON list of facts: cut at max_tokens, prose, a refusal.
+    Its turns must not count as read (they had been marked extracted with no fact and no word)."""
+
+    def __init__(self, reason: str, response: LLMResponse, cut: bool = False):
+        super().__init__(reason)
+        self.response = response
+        self.cut = cut  # cut at max_tokens: fewer turns a call may fit
+
+
 def parse_llm_facts(
     raw: str, turns: list[Turn], injected: InjectedText, known_ids: frozenset[int] = frozenset()
 ) -> list[FactDraft]:
     """Validate the model's JSON; facts without a real source or quoting injected text are dropped,
-    and a fact supersedes only known facts it was shown."""
+    and a fact supersedes only known facts it was shown. Raises ValueError when the answer holds no
+    JSON list."""
     start, end = raw.find("["), raw.rfind("]")
     if start < 0 or end <= start:
-        return []
+        raise ValueError("the answer holds no JSON list of facts")
     try:
         items = json.loads(raw[start : end + 1])
-    except json.JSONDecodeError:
-        return []
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the answer's JSON does not parse ({exc.msg})") from None
+    if not isinstance(items, list):
+        raise ValueError("the answer's JSON is no list of facts")
     by_id = {t.id: t for t in turns}
     drafts = []
-    for item in items if isinstance(items, list) else []:
+    for item in items:
         try:
             fact = _LLMFact.model_validate(item)
         except ValidationError:
@@ -214,4 +227,9 @@ def extract_with_llm(
     if not usable:
         return [], None
     response = complete(extraction_request(usable, known))
-    return parse_llm_facts(response.text, usable, injected, frozenset(i for i, _ in known)), response
+    if response.stop_reason == "max_tokens":
+        raise UnreadableExtraction("the answer was cut at max_tokens", response, cut=True)
+    try:
+        return parse_llm_facts(response.text, usable, injected, frozenset(i for i, _ in known)), response
+    except ValueError as exc:
+        raise UnreadableExtraction(str(exc), response) from None

@@ -11,11 +11,12 @@ from functools import partial
 import numpy as np
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.llm.base import LLMClient
+from cortex_pipelines.llm.base import LLMClient, LLMResponse
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.extract import (
     InjectedText,
+    UnreadableExtraction,
     extract_offline,
     extract_with_llm,
 )
@@ -28,6 +29,8 @@ from cortex_pipelines.turn import Turn
 Log = Callable[[str], None]
 EPISODIC_CURSOR = "episodic_indexed"
 EXTRACTION_CURSOR = "facts_extracted"
+# An extraction answer cut at max_tokens is asked again in halves, down to this many turns a call.
+EXTRACT_SPLIT_LEAST = 5
 
 
 @dataclass
@@ -344,21 +347,42 @@ def extract_new_facts(
                 drafts.extend(extract_offline(rest, injected, replaced))
                 log(f"daily extraction token budget spent: {len(rest)} turn(s) extracted with patterns")
                 break
-            chunk = turns[start : start + 40]
-            known = [(f["id"], f["text"]) for f in db.run(facts.hot_for_floor, 50)]
             complete = partial(complete_recorded, db, llm, asset="extracted_facts")
-            found, response = extract_with_llm(complete, chunk, known, injected)
-            if response is not None:
-                report.llm_calls += 1
-                report.input_tokens += response.input_tokens
-                report.output_tokens += response.output_tokens
-            drafts.extend(found)
+            drafts.extend(_by_model(db, complete, turns[start : start + 40], injected, report, log))
     written = remember(db, vectors, embedder, settings, drafts, rebuild_outdated=True)
     report.new, report.reinforced = written.new, written.reinforced
     report.outdated = db.run(updates.close_outdated_facts)  # facts from statements the user updated
     db.run(cursors.write, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
+
+
+def _by_model(db, complete, chunk: list[Turn], injected, report: WriteReport, log: Log) -> list[FactDraft]:
+    """The chunk's facts as the model extracts them. An answer cut at max_tokens is asked again in
+    halves (down to EXTRACT_SPLIT_LEAST turns); one still cut, or that holds no JSON list (prose, a
+    refusal), is extracted with patterns, and said: its facts had been lost without a word."""
+    known = [(f["id"], f["text"]) for f in db.run(facts.hot_for_floor, 50)]
+    try:
+        found, response = extract_with_llm(complete, chunk, known, injected)
+    except UnreadableExtraction as unreadable:
+        _count_call(report, unreadable.response)
+        if unreadable.cut and len(chunk) >= 2 * EXTRACT_SPLIT_LEAST:
+            half = len(chunk) // 2
+            return [
+                *_by_model(db, complete, chunk[:half], injected, report, log),
+                *_by_model(db, complete, chunk[half:], injected, report, log),
+            ]
+        log(f"extraction answer unreadable ({unreadable}): {len(chunk)} turn(s) extracted with patterns")
+        return extract_offline(chunk, injected, db.run(updates.replaced_statements, [t.id for t in chunk]))
+    if response is not None:
+        _count_call(report, response)
+    return found
+
+
+def _count_call(report: WriteReport, response: LLMResponse) -> None:
+    report.llm_calls += 1
+    report.input_tokens += response.input_tokens
+    report.output_tokens += response.output_tokens
 
 
 def forget_index(db: Database, vectors: VectorStore) -> None:

@@ -345,6 +345,54 @@ def test_anthropic_extraction_path_and_idle_makes_no_calls(
     assert again.llm_calls == 0 and len(messages_server.requests) == 1
 
 
+def test_an_extraction_answer_cut_at_max_tokens_is_asked_again_in_halves_then_by_patterns(
+    settings, db, vectors, embedder, tmp_path, messages_server
+):
+    """An answer cut at max_tokens (or no JSON at all) had been read as "no facts" and its turns
+    marked extracted: "I am allergic to penicillin" was never a fact (QA, helper-55). Now the model
+    is asked again with half the turns; what it still cannot answer whole is extracted with patterns."""
+    said = [
+        "I am allergic to penicillin.",
+        "My sister Ana lives in Porto.",
+        "I work as a nurse at St Mary's.",
+        "My car is a blue Fiat Panda.",
+        "I play the cello on Sundays.",
+        "My dentist is Dr. Weiss.",
+        "I am vegetarian.",
+        "My daughter's name is Lina.",
+        "I live in Munich.",
+        "My employer is Siemens.",
+        "I run 5k every morning.",
+        "My favourite tea is genmaicha.",
+    ]
+    ids = ingest_history(settings, db, tmp_path, *[("webchat", t) for t in said])
+
+    def answer(body: dict):
+        turns = [i for i in ids if f"[{i}] (webchat)" in body["messages"][0]["content"]]
+        if len(turns) > 6:
+            return text('[{"text": "The user is allergic to penic', stop_reason="max_tokens")
+        if turns[0] == ids[0]:  # the first half: whole
+            facts = [
+                {
+                    "text": f"Model: {said[ids.index(i)]}",
+                    "category": "fact",
+                    "importance": 3,
+                    "source_ids": [i],
+                }
+                for i in turns
+            ]
+            return text(json.dumps(facts))
+        return text("I'm sorry, I can't help with that.")  # the second half: a refusal, no JSON
+
+    messages_server.responder = answer
+    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    report = _extract(settings, db, vectors, embedder, llm)
+    assert report.llm_calls == 3
+    facts = " | ".join(f["text"] for f in db.run(fact_store.active))
+    assert all(f"Model: {t}" in facts for t in said[:6]), facts  # the model's, for the first half
+    assert all(word in facts for word in ("vegetarian", "Lina", "Munich", "genmaicha")), facts
+
+
 def test_memory_assets_materialize_with_lineage_and_passing_checks(settings, db, tmp_path):
     ingest_history(
         settings,
