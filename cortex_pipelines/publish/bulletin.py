@@ -9,6 +9,7 @@ the last bulletin and within the daily token budget; a failure keeps the previou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -71,6 +72,37 @@ def render_typed(rows: list[dict], max_words: int) -> str:
     return text
 
 
+class UnusableBulletin(ValueError):
+    """The model answered, but with nothing to publish: the typed render is published instead (a
+    refusal, an empty answer and one cut mid-word had replaced the bulletin every prompt reads)."""
+
+    def __init__(self, reason: str, response: LLMResponse):
+        super().__init__(reason)
+        self.response = response
+
+
+_WORD = re.compile(r"[^\W\d_]{4,}")
+
+
+def _unusable(response: LLMResponse, typed: str) -> str | None:
+    """Why the model's bulletin cannot stand in for the typed render, or None. A bulletin uses only
+    what memory says, so it names some of it: one that shares fewer than three of the typed facts'
+    words (all of them, when fewer) is no rewrite of them ("I'm sorry, but I can't help …")."""
+    if response.stop_reason == "max_tokens":
+        return "it was cut at max_tokens"
+    body = response.text.strip().removeprefix("# Memory Bulletin").strip()
+    if not body:
+        return "it was empty"
+    facts = "\n".join(
+        line for line in typed.splitlines() if line.startswith("- ") and line != "- nothing yet"
+    )
+    named = {w.lower() for w in _WORD.findall(facts)}
+    shared = named & {w.lower() for w in _WORD.findall(body)}
+    if len(shared) < min(3, len(named)):
+        return "it names none of the memories"
+    return None
+
+
 def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settings: Settings):
     """One LLM call (`complete` records it) turning the typed render into prose.
     Returns (markdown, response)."""
@@ -81,6 +113,8 @@ def synthesize(complete: Callable[[LLMRequest], LLMResponse], typed: str, settin
         max_tokens=min(2000, settings.bulletin_words * 3),
     )
     response = complete(request)
+    if (unusable := _unusable(response, typed)) is not None:
+        raise UnusableBulletin(unusable, response)
     text = document(response.text).strip()
     if not text.startswith("# Memory Bulletin"):
         text = "# Memory Bulletin\n\n" + text
@@ -117,7 +151,11 @@ def refresh(
             warn("daily bulletin token budget reached: publishing the typed render")
             return typed
         complete = partial(complete_recorded, db, llm, asset="memory_bulletin")
-        text, response = synthesize(complete, typed, settings)
+        try:
+            text, response = synthesize(complete, typed, settings)
+        except UnusableBulletin as unusable:
+            text, response = typed, unusable.response
+            warn(f"the model's bulletin is unusable ({unusable}): publishing the typed render")
         tokens.update(llm_calls=1, input_tokens=response.input_tokens, output_tokens=response.output_tokens)
         return text
 

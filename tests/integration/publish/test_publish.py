@@ -273,3 +273,38 @@ def test_bootstrap_keeps_the_narratives_sections_inside_its_own(tmp_path):
     narrative = text[text.index("## Narrative") :].split("\n## ")[0]
     assert "\n### Decisions" in narrative and "\n### Timeline" in narrative, narrative
     assert "blue tiles" in narrative
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (text("I'm sorry, but I can't help with rewriting this content."), "names none of the memories"),
+        (text(""), "was empty"),
+        (text("# Memory Bulletin\n\n- Maya is a desig", stop_reason="max_tokens"), "was cut at max_tokens"),
+    ],
+)
+def test_a_bulletin_the_model_refused_emptied_or_cut_is_never_published(
+    settings, db, tmp_path, messages_server, answer, why
+):
+    """Whatever the bulletin model answered was published, and every prompt reads the bulletin: a
+    refusal, an empty file, a line cut mid-word (QA, helper-55). The typed render is published
+    instead, with a warning in the run."""
+    ingest_recent_history(settings, db, tmp_path, CONVERSATION[:2])
+    db.run(
+        fact_store.insert,
+        FactDraft("I prefer window seats on long flights", "preference", 2, (1,), ("telegram",), utcnow()),
+    )
+    messages_server.responder = lambda body: (
+        answer if "memory bulletin" in body["system"].lower() else text("[]")
+    )
+    env = {
+        "CORTEX_LLM_PROVIDER": "anthropic",
+        "CORTEX_BASE_URL": messages_server.url,
+        "CORTEX_API_KEY": "test-key",
+        "CORTEX_LLM_RETRIES": "0",
+    }
+    run = cortex("run", "-v", home=settings.home, env=env)
+    bulletin = settings.paths.memory_bulletin.read_text()
+    assert "window seats" in bulletin and "(src " in bulletin, bulletin  # the typed render's lines
+    assert "sorry" not in bulletin and "Maya is a desig\n" not in bulletin
+    assert f"the model's bulletin is unusable (it {why})" in run.stdout + run.stderr
