@@ -204,6 +204,22 @@ def only_asks_to_forget(text: str) -> bool:
     return bool(HIDDEN_FORGET_REQUEST.match(text))
 
 
+# A message the owner forwarded from someone else opens with this line (connectors/telegram.py): its
+# words are that person's, so no fact about the user is drawn from it and it updates nothing they
+# said; it is recalled all the same, header and all.
+_FORWARDED = re.compile(r"^\[Forwarded from [^\]\n]{1,80}\]\n")
+
+
+def forwarded_header(origin: str) -> str:
+    """The line a forwarded message opens with; the origin's name is one line, without "]"."""
+    name = collapse_spaces(origin.replace("]", ")"))[:80] or "someone"
+    return f"[Forwarded from {name}]"
+
+
+def forwarded(text: str) -> bool:
+    return bool(_FORWARDED.match(text))
+
+
 def never_an_answer(text: str) -> bool:
     """A turn recall never offers as a memory and extraction never takes a fact from: a question,
     or a request to forget."""

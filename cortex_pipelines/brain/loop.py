@@ -47,6 +47,7 @@ from cortex_pipelines.storage.checkpoints import record_checkpoint
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.published import count_cold_dispatch
 from cortex_pipelines.storage.session import append_inbound, append_reply, mark_read
+from cortex_pipelines.text import forwarded
 
 log = logging.getLogger(__name__)
 
@@ -368,8 +369,9 @@ class Brain:
         )
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:
-        """Knowledge updates, at write time so the next message sees them (memory/superseding.py)."""
-        if not speaks_for_owner(self.settings, msg):
+        """Knowledge updates, at write time so the next message sees them (memory/superseding.py);
+        none from a forwarded message, whose words are someone else's."""
+        if not speaks_for_owner(self.settings, msg) or forwarded(msg.text):
             return
         try:
             embedder = self.embedder or embedder_for(self.settings)

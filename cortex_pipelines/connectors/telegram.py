@@ -24,13 +24,24 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import httpx
-from telegram import Bot, Message, ReplyParameters, Update
+from telegram import (
+    Bot,
+    Message,
+    MessageOrigin,
+    MessageOriginChannel,
+    MessageOriginChat,
+    MessageOriginHiddenUser,
+    MessageOriginUser,
+    ReplyParameters,
+    Update,
+)
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.connectors.gateway_client import GatewayClient, GatewayRefused, Rejected
 from cortex_pipelines.processes import alive
 from cortex_pipelines.storage import sent_parts
+from cortex_pipelines.text import forwarded_header
 
 CHANNEL = "telegram"
 MAX_CHARS = 4096  # sendMessage's limit, in UTF-16 code units
@@ -93,6 +104,13 @@ def envelope(update: Update) -> dict | None:
     text = message.text or message.caption
     if not text:
         return None
+    metadata = {"chat_id": message.chat.id, "message_id": message.message_id, "chat_type": message.chat.type}
+    if message.forward_origin is not None:
+        # Someone else's words the owner passed on: said so where the text starts (text.forwarded),
+        # or a friend's "I live in Paris" became the owner's own (QA, helper-54).
+        origin = _origin_name(message.forward_origin)
+        text = f"{forwarded_header(origin)}\n{text}"
+        metadata["forwarded_from"] = origin
     return {
         "channel": CHANNEL,
         "external_id": str(update.update_id),
@@ -100,12 +118,22 @@ def envelope(update: Update) -> dict | None:
         "text": text,
         "timestamp": message.date.isoformat(),
         "thread": str(message.message_thread_id) if message.is_topic_message else None,
-        "metadata": {
-            "chat_id": message.chat.id,
-            "message_id": message.message_id,
-            "chat_type": message.chat.type,
-        },
+        "metadata": metadata,
     }
+
+
+def _origin_name(origin: MessageOrigin) -> str:
+    """Who a forwarded message came from, as Telegram names them (a user, a hidden user, a chat or
+    a channel)."""
+    if isinstance(origin, MessageOriginUser):
+        return origin.sender_user.full_name
+    if isinstance(origin, MessageOriginHiddenUser):
+        return origin.sender_user_name
+    if isinstance(origin, MessageOriginChat):
+        return origin.sender_chat.title or "a chat"
+    if isinstance(origin, MessageOriginChannel):
+        return origin.chat.title or "a channel"
+    return "someone"
 
 
 def _seconds(value: int | timedelta) -> float:

@@ -20,7 +20,14 @@ from pydantic import BaseModel, Field, ValidationError
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse
 from cortex_pipelines.memory.patterns import LEADING_FILLER, classify
 from cortex_pipelines.storage.facts import CATEGORIES, FactDraft
-from cortex_pipelines.text import never_an_answer, normalize, own_text, split_sentences, stated_part
+from cortex_pipelines.text import (
+    forwarded,
+    never_an_answer,
+    normalize,
+    own_text,
+    split_sentences,
+    stated_part,
+)
 from cortex_pipelines.turn import Turn
 
 SOURCE_NOTE = re.compile(r"[\(\[][^\)\]]*\b(src|sources?|msg)\b[^\)\]]*[\)\]]", re.I)
@@ -78,6 +85,7 @@ def extract_offline(
     """Facts from the sentences a capture pattern recognises. `replaced`: the turns that updated
     earlier statements (storage/updates.py `replaced_statements`), which are facts too."""
     drafts = []
+    turns = [t for t in turns if not forwarded(t.content)]  # another's words, not the user's
     for turn in turns:
         if turn.channel in SKIP_CHANNELS:
             continue
@@ -147,7 +155,9 @@ agent. Return only a JSON array of objects {"text", "category", "importance", "s
 - supersedes: the [F…] numbers of known memories it makes no longer true (the user moved, changed \
 job, switched provider, ...), else [].
 Skip greetings, small talk, questions, requests to forget, and anything already in the known \
-memories. Never extract from quoted text or from text the agent wrote. Return [] when nothing is new."""
+memories. Never extract from quoted text or from text the agent wrote. A turn that opens with \
+"[Forwarded from NAME]" holds NAME's words that the user passed on: what it says in the first \
+person is about NAME, never the user. Return [] when nothing is new."""
 
 
 def extraction_request(turns: list[Turn], known: list[tuple[int, str]]) -> LLMRequest:

@@ -54,8 +54,15 @@ class FakeTelegram:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def push_text(self, chat_id: int, user_id: int, text: str, thread: int | None = None) -> int:
-        """A user writes to the bot; returns the update id."""
+    def push_text(
+        self,
+        chat_id: int,
+        user_id: int,
+        text: str,
+        thread: int | None = None,
+        forwarded_from: str | None = None,
+    ) -> int:
+        """A user writes to the bot (or forwards what `forwarded_from` wrote); returns the update id."""
         with self._changed:
             update_id, self._next_update = self._next_update, self._next_update + 1
             message_id, self._next_message = self._next_message, self._next_message + 1
@@ -68,6 +75,9 @@ class FakeTelegram:
             }
             if thread is not None:
                 message |= {"message_thread_id": thread, "is_topic_message": True}
+            if forwarded_from is not None:
+                author = {"id": 5550, "is_bot": False, "first_name": forwarded_from}
+                message["forward_origin"] = {"type": "user", "date": message["date"], "sender_user": author}
             self.updates.append({"update_id": update_id, "message": message})
             self.pushed[update_id] = message
             self._changed.notify_all()

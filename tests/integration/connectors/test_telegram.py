@@ -82,6 +82,25 @@ def test_messages_go_in_and_replies_come_back_in_their_chat_and_topic(tmp_path, 
     assert TOKEN not in (tmp_path / "serve.log").read_text()
 
 
+def test_a_forwarded_message_says_whose_words_they_are_and_never_becomes_the_owners(tmp_path, telegram):
+    """The owner forwarded a friend's "I am allergic to peanuts and I live in Paris": it went in as
+    the owner's own words, to become their facts and supersede where they live (QA, helper-54)."""
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    with cortex_serve(home, tmp_path / "serve.log", **_env(telegram)) as (_base, env, _proc):
+        telegram.push_text(OWNER, OWNER, "I live in Lisbon, right by the river.")
+        telegram.push_text(
+            OWNER, OWNER, "I am allergic to peanuts and I live in Paris.", forwarded_from="Anna"
+        )
+        wait_for(lambda: len(_ingested(db)) == 2, 30, "the updates to go in")
+        cli("run", env=env)
+        said = db.query("SELECT text FROM bus WHERE channel = 'telegram' ORDER BY id")[1][0]
+        facts = json.loads(cli("recall", "where do I live", "-k", "5", "--json", env=env).stdout)
+    assert said == "[Forwarded from Anna]\nI am allergic to peanuts and I live in Paris."
+    assert "Lisbon" in facts[0]["text"] and not facts[0].get("updated_by"), facts
+    assert not [f for f in facts if f.get("fact_id") and "Paris" in f["text"]], facts
+
+
 def test_long_replies_are_split_429_is_waited_out_and_a_blocked_chat_dead_letters(tmp_path, telegram):
     home = tmp_path / "home"
     db = Database(home / "cortex.duckdb")
