@@ -23,7 +23,7 @@ import numpy as np
 from cortex_pipelines import clock
 from cortex_pipelines.brain.context import SILENCE, Context, assemble
 from cortex_pipelines.brain.linger import Linger
-from cortex_pipelines.brain.output import Output, parse
+from cortex_pipelines.brain.output import Output, marked_cut_short, parse
 from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings, is_firing
 from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
@@ -286,6 +286,8 @@ class Brain:
             self._retry_or_fail(msg, context.session_id, error, report)
             return
         output = parse(response.text, reply_channel(msg))
+        if response.stop_reason == "max_tokens":
+            output = marked_cut_short(output)
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
         self._export()  # a connector sees the reply at once

@@ -37,3 +37,15 @@ def parse(raw: str, source_channel: str) -> Output:
     if not body:
         return Output("", [], "empty")
     return Output(body, targets or [source_channel], None)
+
+
+# Said after a reply the model stopped at its length limit (max_tokens): it had reached the user as if
+# whole ("…you should bring your pass", QA helper-55).
+CUT_SHORT = "\n\n(This reply was cut short at its length limit.)"
+
+
+def marked_cut_short(output: Output) -> Output:
+    """The output, saying it was cut short when there is text to send."""
+    if output.silence is not None:
+        return output
+    return Output(output.text + CUT_SHORT, output.targets, None)

@@ -406,3 +406,16 @@ def test_send_to_prefers_the_owners_private_chat_then_a_chat_only_they_write_in(
     _ask(settings, db, llm, msg("webchat", "Remind me on Telegram about the plumber.", "w2"))
     (sent,) = [r for r in db.run(outbox.waiting) if r["text"] == "The plumber comes at ten."]
     assert sent["recipient"] == {"chat_id": "111", "thread": None, "message_id": None}
+
+
+def test_a_reply_cut_at_its_length_limit_says_so(settings):
+    """A reply the model stopped at max_tokens reached the user as if whole ("…you should bring
+    your pass", QA helper-55)."""
+    cut = reply_text("For the trip, you should bring your pass", stop_reason="max_tokens")
+    with MessagesServer(responder=lambda _body: cut) as server:
+        cortex("send", "webchat", "What should I bring for the trip?", home=settings.home)
+        cortex("run", home=settings.home, env=server.cortex_env())
+    (reply,) = json.loads(cortex("outbox", "webchat", "--json", home=settings.home).stdout)
+    assert reply["text"] == (
+        "For the trip, you should bring your pass\n\n(This reply was cut short at its length limit.)"
+    )
