@@ -51,10 +51,10 @@ from cortex_pipelines.processes import (
     own_session_ending_with_parent,
     start_polars_keeping_sigint,
 )
-from cortex_pipelines.storage import Database, dagster_sqlite, outbox
+from cortex_pipelines.storage import Database, dagster_sqlite, outbox, utcnow
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import AFTER_IMPORT, BackupError, NoSuchBackup
-from cortex_pipelines.storage.bus import latest_failures, requeue_failed, ring_doorbell, state_of
+from cortex_pipelines.storage.bus import gone_wrong, latest_failures, requeue_failed, ring_doorbell, state_of
 from cortex_pipelines.storage.facts import CATEGORIES, DELEGATED_RESULT
 from cortex_pipelines.storage.health import as_store_damaged, one_line
 from cortex_pipelines.storage.lease import want_lane
@@ -321,6 +321,7 @@ def run(
             )
             _say(f"{what}: this run takes minutes (`cortex run -v` shows each step)")
         before = db.run(outbox.last_id)  # after the wait: what the run waited for answered is not counted
+        started = utcnow()
         run_id = str(uuid.uuid4())  # Dagster's kind of id, known before the run records its replies
         try:
             result = defs.resolve_job_def("cortex_main").execute_in_process(
@@ -334,6 +335,7 @@ def run(
             result = None
         finally:  # before the one-line error of a run that failed on its way (a full disk)
             replies = _say_replies(db, before, run_id)
+            _say_gone_wrong(db, started)
     if result is not None and result.success and settings.turn_ttl_days:
         _expire_turns(settings)
     if settings.run_history_days:
@@ -370,6 +372,21 @@ def _say_replies(db: Database, before: int, run_id: str) -> list[dict]:
     if others := len(made) - len(replies):
         _say(f"another process answered meanwhile: {others} repl(ies), not listed here ({_OUTBOX_LISTS})")
     return replies
+
+
+def _say_gone_wrong(db: Database, since) -> None:
+    """The messages that could not be answered: a model error had shown only as a pending count, and
+    `cortex retry` then said there was no failed message (QA, helper-55)."""
+    for row in db.run(gone_wrong, since):
+        error = one_line(row["error"])
+        if row["state"] == "failed":
+            _say(
+                f"message #{row['id']} failed after {row['attempts']} attempt(s): {error}; "
+                f"`cortex retry {row['id']}` tries again",
+                err,
+            )
+        else:
+            _say(f"message #{row['id']} will be retried after {row['not_before']:%H:%M:%S} UTC: {error}", err)
 
 
 def _cause(error) -> str:

@@ -341,6 +341,18 @@ def latest_failures(con, limit: int) -> list[dict]:
     )
 
 
+def gone_wrong(con, failed_since: datetime) -> list[dict]:
+    """Messages held back for a retry after an error (with when), and those failed for good since
+    `failed_since`, oldest first: what `cortex run` says beside its replies."""
+    return dict_rows(
+        con.execute(
+            "SELECT id, state, error, attempts, not_before FROM bus WHERE error IS NOT NULL AND ("
+            "(state = 'pending' AND not_before > ?) OR (state = 'failed' AND finished_at >= ?)) ORDER BY id",
+            [utcnow(), failed_since],
+        )
+    )
+
+
 def unshown_failures(con) -> list[dict]:
     """Messages that failed for good and whose failure the user has not been told about yet."""
     cur = con.execute(

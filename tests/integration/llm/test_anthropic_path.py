@@ -131,3 +131,18 @@ def test_prompt_caching_off_sends_the_system_prompt_as_text(settings, db, messag
     (request,) = messages_server.requests
     assert isinstance(request["system"], str) and "Now: " in request["system"]
     assert db.query("SELECT cache_creation_input_tokens, cache_read_input_tokens FROM llm_usage") == [(0, 0)]
+
+
+def test_cortex_run_says_which_messages_it_could_not_answer_and_why(settings, messages_server):
+    """A model error showed only as `bus: {'pending': 1, …}`, exit 0, and `cortex retry` said there
+    was no failed message (QA, helper-55): the run now says what will be retried and what failed."""
+    messages_server.responder = lambda _body: error(500)
+    env = {**messages_server.cortex_env(), "CORTEX_LLM_RETRIES": "0"}
+    cortex("send", "webchat", "What's on my calendar?", home=settings.home)
+    held = cortex("run", home=settings.home, env=env, check=False).stderr  # extraction fails too
+    assert "message #1 will be retried after" in held and "500" in held, held
+    later = {**env, "CORTEX_MAX_ATTEMPTS": "1", "CORTEX_NOW": "+1h"}
+    failed = cortex("run", home=settings.home, env=later, check=False).stderr
+    assert "message #1 failed after 2 attempt(s)" in failed and "`cortex retry 1` tries again" in failed, (
+        failed
+    )
