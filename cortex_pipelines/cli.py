@@ -40,6 +40,7 @@ from cortex_pipelines.instance import (
     live_dev,
     status,
 )
+from cortex_pipelines.llm import cost
 from cortex_pipelines.memory import control
 from cortex_pipelines.memory.control import ControlError
 from cortex_pipelines.memory.recall import Hit, note_use
@@ -340,6 +341,7 @@ def run(
         _expire_turns(settings)
     if settings.run_history_days:
         _prune_run_history(settings)
+    _say_spent_budgets(db, settings)
     state = status(settings)
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
@@ -372,6 +374,21 @@ def _say_replies(db: Database, before: int, run_id: str) -> list[dict]:
     if others := len(made) - len(replies):
         _say(f"another process answered meanwhile: {others} repl(ies), not listed here ({_OUTBOX_LISTS})")
     return replies
+
+
+def _say_spent_budgets(db: Database, settings: Settings) -> None:
+    """A spent daily budget switches replies to the offline provider and memory to patterns: said
+    only in Dagster's log, it read as a model gone dull ("Noted.", QA helper-55)."""
+    if settings.llm_provider == "offline":
+        return
+    for purpose in ("reply", "extraction", "summary", "observations", "bulletin"):
+        if not cost.within_budget(db, settings, purpose):
+            instead = "the offline provider answers" if purpose == "reply" else "the deterministic path runs"
+            _say(
+                f"cortex: today's {purpose} token budget ({settings.daily_token_budget(purpose):,} tokens, "
+                f"CORTEX_{purpose.upper()}_DAILY_TOKEN_BUDGET) is spent: {instead} until midnight UTC",
+                err,
+            )
 
 
 def _say_gone_wrong(db: Database, since) -> None:

@@ -146,3 +146,20 @@ def test_cortex_run_says_which_messages_it_could_not_answer_and_why(settings, me
     assert "message #1 failed after 2 attempt(s)" in failed and "`cortex retry 1` tries again" in failed, (
         failed
     )
+
+
+def test_cortex_run_says_when_a_daily_budget_is_spent(settings, messages_server):
+    """Over budget, replies came from the offline provider ("Noted.") and only Dagster's log said
+    why (QA, helper-55)."""
+    messages_server.responder = lambda _body: text("Sure, window seats it is.")
+    env = {**messages_server.cortex_env(), "CORTEX_REPLY_DAILY_TOKEN_BUDGET": "1"}
+    cortex("send", "webchat", "I prefer window seats", home=settings.home)
+    first = cortex("run", home=settings.home, env=env)
+    assert "Sure, window seats it is." in first.stdout
+    cortex("send", "webchat", "Book me a window seat then", home=settings.home)
+    spent = cortex("run", home=settings.home, env=env)
+    assert "Sure, window seats it is." not in spent.stdout.split("Book me")[-1]
+    assert (
+        "today's reply token budget (1 tokens, CORTEX_REPLY_DAILY_TOKEN_BUDGET) is spent: the offline "
+        "provider answers until midnight UTC"
+    ) in spent.stderr, spent.stderr
