@@ -12,6 +12,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -161,6 +162,17 @@ def _code(char: str) -> str:
     return f"U+{ord(char):04X} {unicodedata.name(char, '')}".strip()
 
 
+def check_telegram_ids(channel: str, senders: list[str], what: str) -> None:
+    """The Telegram connector names a sender by their user id, a number; "@maya_user" was taken and
+    then matched no message, every one skipped with only a log line to say so (QA, helper-54)."""
+    for sender in senders if channel == "telegram" else ():
+        if sender.startswith("@"):
+            raise ValueError(
+                f"telegram: {what} {sender!r} is not a Telegram user id: give the number (message "
+                "@userinfobot to learn yours), not a username"
+            )
+
+
 def check_owners(owners: dict[str, list[str]]) -> dict[str, list[str]]:
     for name, senders in owners.items():
         if name != ANY_CHANNEL and not re.match(CHANNEL_PATTERN, name):
@@ -170,6 +182,7 @@ def check_owners(owners: dict[str, list[str]]) -> dict[str, list[str]]:
                 check_sender_id(sender)
             except ValueError as exc:
                 raise ValueError(f"{name}: owner sender id {sender!r} {exc}") from None
+        check_telegram_ids(name, senders, "owner sender id")
     return owners
 
 
@@ -407,6 +420,29 @@ class Settings(BaseSettings):
         for name in value:
             if not re.match(CHANNEL_PATTERN, name):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
+        return value
+
+    @field_validator("sender_allowlist")
+    @classmethod
+    def _telegram_allowlist(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, senders in value.items():
+            check_telegram_ids(name, senders, "allowlisted sender")
+        return value
+
+    @field_validator("telegram_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        """`CORTEX_TELEGRAM_TOKEN=` (empty, as a template leaves it) means no Telegram, as unset does;
+        it had refused `cortex serve` with "CORTEX_TELEGRAM_TOKEN is not set"."""
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("telegram_api_base")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        """A base that is no URL had read as "Telegram unreachable", retried for ever."""
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http(s) URL (default https://api.telegram.org)")
         return value
 
     @field_validator("owners", "channel_modes", "sender_allowlist", "llm_prices", mode="before")

@@ -151,8 +151,8 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="Cortex gateway",
         version=VERSION,
-        description="Hand messages to Cortex and fetch its replies. Every route but /health needs "
-        "`Authorization: Bearer $CORTEX_INGEST_API_KEY`.",
+        description="Hand messages to Cortex and fetch its replies. Every route but /health and these "
+        "docs needs `Authorization: Bearer $CORTEX_INGEST_API_KEY`.",
     )
     app.add_middleware(BodyLimit, limit=max_body_bytes(settings))
 

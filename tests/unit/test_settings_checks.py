@@ -156,3 +156,24 @@ def test_a_real_display_name_with_emoji_joiners_or_nbsp_is_accepted(sender):
 def test_a_sender_id_that_hides_characters_is_refused_with_why(sender, reason):
     with pytest.raises(ValueError, match=re.escape(reason)):
         check_sender_id(sender)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("CORTEX_SENDER_ALLOWLIST", '{"telegram": ["@maya_user"]}', "'@maya_user' is not a Telegram user id"),
+        ("CORTEX_OWNERS", "telegram:@maya_user", "'@maya_user' is not a Telegram user id"),
+        ("CORTEX_TELEGRAM_API_BASE", "not a url", "'not a url' is not an http(s) URL"),
+    ],
+)
+def test_telegram_settings_that_could_never_work_are_refused_in_one_line(tmp_path, key, value, says):
+    """A username in the allowlist matched no message (each was skipped, a log line said so) and a
+    Bot API base that is no URL read as "Telegram unreachable", retried for ever (QA, helper-54)."""
+    proc = cortex("status", home=tmp_path / "home", env={key: value}, check=False)
+    assert says in _one_line_failure(proc, f"cortex: config: {key}: ")
+
+
+def test_an_empty_telegram_token_means_no_telegram(tmp_path):
+    """`CORTEX_TELEGRAM_TOKEN=` as a template leaves it had refused `cortex serve` ("is not set")."""
+    assert load_settings(tmp_path / "home", telegram_token="  ").telegram_token is None
+    assert cortex("init", home=tmp_path / "home", env={"CORTEX_TELEGRAM_TOKEN": ""}).returncode == 0
