@@ -378,8 +378,14 @@ def _say_replies(db: Database, before: int, run_id: str) -> list[dict]:
 
 def _say_spent_budgets(db: Database, settings: Settings) -> None:
     """A spent daily budget switches replies to the offline provider and memory to patterns: said
-    only in Dagster's log, it read as a model gone dull ("Noted.", QA helper-55)."""
+    only in Dagster's log, it read as a model gone dull ("Noted.", QA helper-55). And a key set for
+    a provider left offline."""
     if settings.llm_provider == "offline":
+        if settings.resolved_api_key():
+            _say(
+                "cortex: an API key is set but CORTEX_LLM_PROVIDER is offline: set it to anthropic to use it",
+                err,
+            )
         return
     for purpose in ("reply", "extraction", "summary", "observations", "bulletin"):
         if not cost.within_budget(db, settings, purpose):

@@ -528,6 +528,10 @@ class Settings(BaseSettings):
             return self.api_key.get_secret_value()
         return os.environ.get("ANTHROPIC_API_KEY")
 
+    def resolved_base_url(self) -> str | None:
+        """CORTEX_BASE_URL, else ANTHROPIC_BASE_URL (which the SDK reads by itself)."""
+        return self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+
     @property
     def paths(self) -> Paths:
         return Paths(self.home)
@@ -670,8 +674,13 @@ def load_settings(home: str | os.PathLike[str] | None = None, **overrides: objec
     named = {key.upper() for key in os.environ if key.upper().startswith("CORTEX_")}  # any case, as read
     if unknown := sorted(named - OTHER_VARIABLES - _setting_variables()):
         raise ConfigError(_unknown_variable(unknown[0]))
-    if settings.llm_provider == "anthropic" and not settings.resolved_api_key() and not (settings.base_url):
+    if (
+        settings.llm_provider == "anthropic"
+        and not settings.resolved_api_key()
+        and not settings.resolved_base_url()
+    ):
         raise ConfigError(
-            "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) or CORTEX_BASE_URL"
+            "CORTEX_LLM_PROVIDER: 'anthropic' needs CORTEX_API_KEY (or ANTHROPIC_API_KEY) or CORTEX_BASE_URL "
+            "(or ANTHROPIC_BASE_URL)"
         )
     return settings

@@ -163,3 +163,11 @@ def test_cortex_run_says_when_a_daily_budget_is_spent(settings, messages_server)
         "today's reply token budget (1 tokens, CORTEX_REPLY_DAILY_TOKEN_BUDGET) is spent: the offline "
         "provider answers until midnight UTC"
     ) in spent.stderr, spent.stderr
+
+
+def test_an_api_key_with_the_offline_provider_is_said_to_be_unused(settings):
+    """Setting ANTHROPIC_API_KEY alone kept the offline provider and said nothing (QA, helper-55)."""
+    cortex("send", "webchat", "hello", home=settings.home)
+    run = cortex("run", home=settings.home, env={"ANTHROPIC_API_KEY": "sk-ant-test-key"})
+    assert "an API key is set but CORTEX_LLM_PROVIDER is offline" in run.stderr
+    assert "sk-ant-test-key" not in run.stdout + run.stderr
