@@ -322,6 +322,9 @@ class Settings(BaseSettings):
     outbox_max_attempts: int = Field(10, ge=1)
     telegram_token: SecretStr | None = None
     telegram_api_base: str = "https://api.telegram.org"
+    telegram_send_timeout: float = Field(
+        20.0, gt=0, description="seconds to wait for sendMessage's answer once the request is sent"
+    )
 
     # Stores
     backup_keep: int = Field(7, ge=1, description="DuckDB backups kept in $CORTEX_HOME/backups")

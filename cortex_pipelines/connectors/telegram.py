@@ -10,7 +10,9 @@ soon as it is sent. Each part Telegram accepted is noted on disk first (storage/
 reply that comes back after a crash resumes after its sent parts instead of repeating them.
 Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in parts of at most
 4,096 characters; a 429 is waited out for its retry_after; a chat that blocked
-the bot, or a chat or topic that is gone, dead-letters the reply.
+the bot, or a chat or topic that is gone, dead-letters the reply. A part whose request reached
+Telegram but whose answer did not come within CORTEX_TELEGRAM_SEND_TIMEOUT was most likely
+delivered: it is noted as sent with a warning, since sending it again would most likely double it.
 
 SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, then it exits.
 """
@@ -35,7 +37,7 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError
+from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError, TimedOut
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.connectors.gateway_client import GatewayClient, GatewayRefused, Rejected
@@ -140,6 +142,12 @@ def _seconds(value: int | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
+def _answer_was_late(exc: TelegramError) -> bool:
+    """The request went out whole and only Telegram's answer timed out: it was most likely
+    delivered. A connect or write timeout, a refused connection or a 5xx answer means it was not."""
+    return isinstance(exc, TimedOut) and isinstance(exc.__cause__, httpx.ReadTimeout)
+
+
 def _number(value: str | None) -> int | None:
     with contextlib.suppress(TypeError, ValueError):
         return int(value)
@@ -158,6 +166,7 @@ class TelegramConnector:
         self.gateway_url = gateway_url
         self.parent_pid = parent_pid
         self.sent_parts_file = settings.paths.connectors / "telegram-sent.sqlite"
+        self.send_timeout = settings.telegram_send_timeout
         self.say = say
         self.stopping = asyncio.Event()
 
@@ -306,9 +315,16 @@ class TelegramConnector:
                 self._say(f"telegram: reply {reply['id']} dead-lettered: {exc}")
                 await gateway.dead_letter([reply["id"]], f"{type(exc).__name__}: {exc}")
                 return
-            except TelegramError as exc:  # network, 5xx: its lease brings it back
-                self._say(f"telegram: reply {reply['id']} not sent ({exc}); it comes back after its lease")
-                return
+            except TelegramError as exc:
+                if not _answer_was_late(exc):  # not sent (network, 5xx): its lease brings it back
+                    self._say(
+                        f"telegram: reply {reply['id']} not sent ({exc}); it comes back after its lease"
+                    )
+                    return
+                self._say(
+                    f"telegram: warning: reply {reply['id']} part {n + 1}: Telegram took the request but did "
+                    f"not answer within {self.send_timeout:g} s; counted as sent, not sent again"
+                )
             sent_parts.note_part_sent(self.sent, reply["id"], n)
         await gateway.ack([reply["id"]])
 
@@ -316,7 +332,12 @@ class TelegramConnector:
         while True:
             try:
                 return await bot.send_message(
-                    chat_id, text, message_thread_id=thread, reply_parameters=quote, parse_mode=None
+                    chat_id,
+                    text,
+                    message_thread_id=thread,
+                    reply_parameters=quote,
+                    parse_mode=None,
+                    read_timeout=self.send_timeout,
                 )
             except RetryAfter as exc:
                 wait = _seconds(exc.retry_after)

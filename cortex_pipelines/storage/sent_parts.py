@@ -3,7 +3,8 @@
 Telegram takes no idempotency key, so a reply whose acknowledgement was lost comes back after its
 lease and would be sent again. The connector notes each part as soon as Telegram accepted it; a reply
 that comes back resumes after its noted parts, and one whose parts were all noted is only
-acknowledged. What remains is a kill during the sendMessage call itself. The file is the connector's
+acknowledged. A part whose request went out but whose answer timed out is noted too (it was most
+likely delivered). What remains is a kill during the sendMessage call itself. The file is the connector's
 alone (not DuckDB), so it may stay open while the connector runs.
 """
 

@@ -2,8 +2,9 @@
 
 It keeps updates until a getUpdates with a higher offset confirms them (as Telegram does), answers
 getUpdates by long polling, records every sendMessage, and can answer a chat with 403 (the user
-blocked the bot), the next sendMessage calls with 429 and a retry_after, or hold every sendMessage
-after the first few unanswered (to kill a connector in the middle of a reply).
+blocked the bot), the next sendMessage calls with 429 and a retry_after, deliver the next ones but
+answer late, or hold every sendMessage after the first few unanswered (to kill a connector in the
+middle of a reply).
 
     with FakeTelegram("123:abc") as tg:
         tg.push_text(chat_id=42, user_id=42, text="hi")
@@ -32,6 +33,7 @@ class FakeTelegram:
         self.calls: list[str] = []
         self.blocked_chats: set[int] = set()
         self.rate_limits: list[int] = []  # retry_after of the next sendMessage calls
+        self.late_answers: list[float] = []  # the next sendMessage calls deliver, then answer this late
         self.hold_sends_after: int | None = None  # once this many are sent, hold the next unanswered
         self.held = 0  # sendMessage calls being held; they are never delivered
         self._release = threading.Event()
@@ -145,6 +147,8 @@ class FakeTelegram:
                 }
             message_id, self._next_message = self._next_message, self._next_message + 1
             self.sent.append({**params, "chat_id": chat_id, "at": time.monotonic()})
+            late = self.late_answers.pop(0) if self.late_answers else 0.0
+        time.sleep(late)
         result = {
             "message_id": message_id,
             "date": int(time.time()),

@@ -171,3 +171,20 @@ def test_a_reply_cut_off_by_a_crash_resumes_after_the_parts_already_sent(tmp_pat
         parts = telegram.sent_texts()
         assert len(parts) == 3, "the part sent before the crash must not be sent again"
         assert "".join(parts) == story
+
+
+def test_a_reply_whose_answer_comes_late_is_sent_once(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    log = tmp_path / "serve.log"
+    env = {**_env(telegram), "CORTEX_TELEGRAM_SEND_TIMEOUT": "1"}
+    with cortex_serve(home, log, **env):
+        update = telegram.push_text(OWNER, OWNER, "are you there?")
+        wait_for(lambda: len(_ingested(db)) == 1, 30, "the update to go in")
+        telegram.late_answers.append(7.0)  # delivered at once, answered after the connector gave up
+        _reply_to(db, update, "yes, here")
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 30, "the reply to be acknowledged")
+        time.sleep(7)  # past the late answer and a lease (5 s): a resent copy would show by now
+        assert telegram.sent_texts() == ["yes, here"]
+        assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 0}
+    assert "counted as sent, not sent again" in log.read_text()
