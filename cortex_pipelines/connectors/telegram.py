@@ -302,7 +302,8 @@ class TelegramConnector:
         chat_id = _number(chat) or chat
         thread = _number(recipient.get("thread"))
         answered = _number(recipient.get("message_id"))
-        already = sent_parts.parts_sent(self.sent, reply["id"])
+        key = sent_parts.reply_key(reply)
+        already = sent_parts.parts_sent(self.sent, key)
         for n, part in enumerate(split_message(reply["text"])):
             if n in already:  # sent before a crash lost the acknowledgement
                 continue
@@ -325,7 +326,7 @@ class TelegramConnector:
                     f"telegram: warning: reply {reply['id']} part {n + 1}: Telegram took the request but did "
                     f"not answer within {self.send_timeout:g} s; counted as sent, not sent again"
                 )
-            sent_parts.note_part_sent(self.sent, reply["id"], n)
+            sent_parts.note_part_sent(self.sent, key, n)
         await gateway.ack([reply["id"]])
 
     async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:

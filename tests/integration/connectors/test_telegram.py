@@ -188,3 +188,21 @@ def test_a_reply_whose_answer_comes_late_is_sent_once(tmp_path, telegram):
         assert telegram.sent_texts() == ["yes, here"]
         assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 0}
     assert "counted as sent, not sent again" in log.read_text()
+
+
+def test_a_reply_after_a_restore_is_sent_though_its_outbox_id_was_used_before(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    with cortex_serve(home, tmp_path / "serve.log", **_env(telegram)) as (_base, env, _proc):
+        cli("status", env=env)  # a backup of the home with no replies yet
+        first = telegram.push_text(OWNER, OWNER, "first")
+        wait_for(lambda: len(_ingested(db)) == 1, 30, "the update to go in")
+        _reply_to(db, first, "reply before the restore")
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 30, "the first reply")
+    cli("doctor", "--restore", "--yes", env=env)  # the outbox ids used since are free again
+    with cortex_serve(home, tmp_path / "serve2.log", **_env(telegram)):
+        second = telegram.push_text(OWNER, OWNER, "second, after the restore")
+        wait_for(lambda: str(second) in _ingested(db), 30, "the update to go in")
+        _reply_to(db, second, "reply after the restore")
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 30, "the new reply")
+        assert telegram.sent_texts() == ["reply before the restore", "reply after the restore"]
