@@ -13,6 +13,10 @@ class Rejected(Exception):
     """400 or 413: this message can never go in; str() is the gateway's one line."""
 
 
+class Erased(Exception):
+    """410: the message was erased (`cortex erase`) and stays out."""
+
+
 class GatewayClient:
     def __init__(self, base_url: str, key: str):
         self.http = httpx.AsyncClient(
@@ -30,6 +34,8 @@ class GatewayClient:
         response = await self.http.post(path, json=body)
         if response.status_code == 401:
             raise GatewayRefused("the gateway refused the key (CORTEX_INGEST_API_KEY)")
+        if response.status_code == 410:
+            raise Erased(response.json().get("error", response.text))
         if response.status_code in (400, 413):
             raise Rejected(response.json().get("error", response.text))
         response.raise_for_status()

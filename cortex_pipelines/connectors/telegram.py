@@ -4,6 +4,9 @@ Inbound: long polling `getUpdates` → POST /ingest, the update id as the extern
 seen twice goes in once. Telegram keeps an update until a later getUpdates confirms it (offset), and
 the connector confirms a batch only after it is ingested: a restart loses nothing and doubles
 nothing. Only senders in CORTEX_SENDER_ALLOWLIST["telegram"] go in; a forum topic is the thread.
+The text's invisible controls and bidi marks, which chat apps insert, are neutralized so the gateway
+takes it; an update the gateway still refuses is kept in inbox/.rejected/telegram/ with its reason
+(`cortex status` counts it), never dropped unsaid.
 
 Outbound: POST /outbox/poll → sendMessage → POST /outbox/ack, one reply at a time, acknowledged as
 soon as it is sent. Each part Telegram accepted is noted on disk first (storage/sent_parts.py), so a
@@ -40,7 +43,9 @@ from telegram import (
 from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError, TimedOut
 
 from cortex_pipelines.config import Settings
-from cortex_pipelines.connectors.gateway_client import GatewayClient, GatewayRefused, Rejected
+from cortex_pipelines.connectors.gateway_client import Erased, GatewayClient, GatewayRefused, Rejected
+from cortex_pipelines.ingest.envelope import neutralized
+from cortex_pipelines.ingest.inbox import set_aside
 from cortex_pipelines.processes import alive
 from cortex_pipelines.storage import sent_parts
 from cortex_pipelines.text import forwarded_header
@@ -117,7 +122,7 @@ def envelope(update: Update) -> dict | None:
         "channel": CHANNEL,
         "external_id": str(update.update_id),
         "sender": str(message.from_user.id),
-        "text": text,
+        "text": neutralized(text),
         "timestamp": message.date.isoformat(),
         "thread": str(message.message_thread_id) if message.is_topic_message else None,
         "metadata": metadata,
@@ -165,6 +170,7 @@ class TelegramConnector:
         self.api_base = settings.telegram_api_base.rstrip("/")
         self.gateway_url = gateway_url
         self.parent_pid = parent_pid
+        self.paths = settings.paths
         self.sent_parts_file = settings.paths.connectors / "telegram-sent.sqlite"
         self.send_timeout = settings.telegram_send_timeout
         self.say = say
@@ -259,13 +265,21 @@ class TelegramConnector:
         if found["sender"] not in self.allowed:
             self._say(f"telegram: update {update.update_id} from {found['sender']} skipped: not allowed")
             return True
+        body = {k: v for k, v in found.items() if v is not None}
         pause = 1.0
         while True:
             try:
-                await gateway.ingest({k: v for k, v in found.items() if v is not None})
+                await gateway.ingest(body)
+                return True
+            except Erased:
+                self._say(f"telegram: update {update.update_id} skipped: it was erased")
                 return True
             except Rejected as exc:
-                self._say(f"telegram: update {update.update_id} refused by the gateway: {exc}")
+                kept = set_aside(self.paths, CHANNEL, f"update-{update.update_id}.json", body, str(exc))
+                self._say(
+                    f"telegram: warning: update {update.update_id} refused by the gateway ({exc}); "
+                    f"kept in {kept}"
+                )
                 return True
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 if self.stopping.is_set():

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from cortex_pipelines import delivery
 from cortex_pipelines.config import CHANNEL_PATTERN, Settings
 from cortex_pipelines.ingest.envelope import Envelope, EnvelopeError
-from cortex_pipelines.ingest.inbox import ingest_message
+from cortex_pipelines.ingest.inbox import Erased, ingest_message
 from cortex_pipelines.storage import Database
 from cortex_pipelines.storage.bus import counts as bus_counts
 from cortex_pipelines.storage.published import BULLETIN, published_row
@@ -212,6 +212,7 @@ def create_app(settings: Settings) -> FastAPI:
             200: {"model": Ingested, "description": "a duplicate"},
             400: _ERROR,
             401: _ERROR,
+            410: {**_ERROR, "description": "the message was erased (`cortex erase`)"},
             413: _ERROR,
         },
         openapi_extra={
@@ -226,6 +227,8 @@ def create_app(settings: Settings) -> FastAPI:
         body = await request.body()
         try:
             bus_id, duplicate = await run_in_threadpool(ingest_message, body, settings, db, "gateway")
+        except Erased as exc:
+            raise GatewayError(410, str(exc)) from None
         except EnvelopeError as exc:
             raise GatewayError(400, str(exc)) from None
         return JSONResponse({"id": bus_id, "duplicate": duplicate}, status_code=200 if duplicate else 202)

@@ -30,6 +30,8 @@ PRIORITY_RANK: dict[str, int] = {"urgent": 0, "normal": 1, "background": 2}
 # that can make text render differently from what is stored.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _BIDI = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
+# Controls that end a line (vertical tab, form feed, next line, the file/group/record separators).
+_LINE_BREAKS = re.compile(r"[\x0b\x0c\x1c-\x1e\x85]")
 _EARLIEST = datetime(1990, 1, 1, tzinfo=UTC)
 _FUTURE_SLACK = timedelta(days=1)
 # Metadata is a connector's routing detail (chat, message, op ids), not a payload: 16 KiB is far
@@ -80,6 +82,14 @@ class Envelope(BaseModel):
     def _sender_id(cls, value: str) -> str:
         """Owners are told apart by sender id: one that hides a character would pass for the owner's."""
         return check_sender_id(value)
+
+
+def neutralized(text: str) -> str:
+    """Text a chat app sent, made what the envelope takes: its line-ending controls become line
+    breaks, and other controls and bidi embedding, override and isolate marks go (Android and RTL
+    clients add isolates around names and numbers). Without the marks the text reads as it is
+    stored, which is all the refusal guards against; a sender id is never neutralized."""
+    return _BIDI.sub("", _CONTROL.sub("", _LINE_BREAKS.sub("\n", text)))
 
 
 def _fmt_error(exc: ValidationError) -> str:

@@ -459,6 +459,19 @@ def rejected_files(paths: Paths) -> int:
     return sum(1 for _ in paths.rejected.glob("*/*.error")) if paths.rejected.is_dir() else 0
 
 
+class Erased(EnvelopeError):
+    """The message was erased (`cortex erase`): it stays out, and nothing keeps its text."""
+
+
+def set_aside(paths: Paths, channel: str, name: str, envelope: dict, reason: str) -> Path:
+    """A connector's message the gateway refused, kept as a rejected inbox file beside its note, so
+    `cortex status` counts it and the owner can fix it and drop it into the inbox again."""
+    dest = _unique_destination(paths.rejected / channel, name)
+    write_atomic(dest.with_name(dest.name + _NOTE), reason.replace("\n", " ") + "\n")
+    write_atomic(dest, json.dumps(envelope, ensure_ascii=False) + "\n")
+    return dest
+
+
 def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -> tuple[int, bool]:
     """One JSON envelope from a connector (the gateway's POST /ingest): the inbox's validation and
     error texts, the same idempotent insert. Returns (bus id, duplicate); raises EnvelopeError."""
@@ -466,7 +479,7 @@ def ingest_message(data: bytes, settings: Settings, db: Database, source: str) -
     row = validate(value, settings, clock.now(), folder_channel=None)
     bus_id, duplicate = db.run(enqueue_one, row, source)
     if bus_id is None:
-        raise EnvelopeError(
+        raise Erased(
             f"message {row['external_id']!r} on {row['channel']!r} was erased (`cortex erase`) and is "
             "not taken in again"
         )

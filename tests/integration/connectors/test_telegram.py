@@ -206,3 +206,24 @@ def test_a_reply_after_a_restore_is_sent_though_its_outbox_id_was_used_before(tm
         _reply_to(db, second, "reply after the restore")
         wait_for(lambda: _outbox(db)["waiting"] == 0, 30, "the new reply")
         assert telegram.sent_texts() == ["reply before the restore", "reply after the restore"]
+
+
+def test_invisible_characters_are_neutralized_and_a_refused_update_is_kept_and_counted(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    env = {**_env(telegram), "CORTEX_MAX_TEXT_BYTES": "200"}
+    with cortex_serve(home, tmp_path / "serve.log", **env) as (_base, env, _proc):
+        isolated = telegram.push_text(OWNER, OWNER, "Meet \u2068Ana\u2069 at \u20665\u2069 pm")
+        vtab = telegram.push_text(OWNER, OWNER, "line one\x0bline two")
+        too_long = telegram.push_text(OWNER, OWNER, "x" * 300)
+        after = telegram.push_text(OWNER, OWNER, "and this one goes in")
+        wait_for(lambda: telegram.unconfirmed() == 0 and len(_ingested(db)) == 3, 30, "the updates")
+        assert _ingested(db) == [str(isolated), str(vtab), str(after)]
+        texts = [r[0] for r in db.query("SELECT text FROM bus WHERE channel = 'telegram' ORDER BY id")]
+        assert texts[:2] == ["Meet Ana at 5 pm", "line one\nline two"]
+        # The refused one is kept with its reason, where `cortex status` counts it.
+        (note,) = (home / "inbox" / ".rejected" / "telegram").glob("*.error")
+        assert "over the 200-byte limit" in note.read_text()
+        kept = json.loads(note.with_suffix("").read_text())
+        assert kept["external_id"] == str(too_long) and kept["text"] == "x" * 300
+        assert "1 file(s) rejected" in cli("status", env=env).stdout
