@@ -277,7 +277,7 @@ class TelegramConnector:
             except Rejected as exc:
                 kept = set_aside(self.paths, CHANNEL, f"update-{update.update_id}.json", body, str(exc))
                 self._say(
-                    f"telegram: warning: update {update.update_id} refused by the gateway ({exc}); "
+                    f"telegram: warning: update {update.update_id} refused by the gateway: {exc}; "
                     f"kept in {kept}"
                 )
                 return True
