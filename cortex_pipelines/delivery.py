@@ -62,6 +62,11 @@ def ack(db: Database, settings: Settings, ids: list[int]) -> int:
     return len(done)
 
 
+def release(db: Database, ids: list[int]) -> int:
+    """Give leased replies back unsent and uncounted; returns how many were leased."""
+    return len(db.run(outbox.release, ids))
+
+
 def dead_letter(db: Database, settings: Settings, ids: list[int], error: str) -> int:
     """Give up on replies that cannot be delivered; returns how many were still undelivered."""
     dead = db.run(outbox.dead_letter, ids, error)

@@ -50,5 +50,8 @@ class GatewayClient:
     async def ack(self, ids: list[int]) -> int:
         return (await self._post("/outbox/ack", {"ids": ids}))["acked"]
 
+    async def release(self, ids: list[int]) -> int:
+        return (await self._post("/outbox/release", {"ids": ids}))["released"]
+
     async def dead_letter(self, ids: list[int], error: str) -> int:
         return (await self._post("/outbox/dead-letter", {"ids": ids, "error": error}))["dead_lettered"]

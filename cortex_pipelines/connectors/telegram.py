@@ -13,9 +13,12 @@ soon as it is sent. Each part Telegram accepted is noted on disk first (storage/
 reply that comes back after a crash resumes after its sent parts instead of repeating them.
 Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in parts of at most
 4,096 characters; a 429 is waited out for its retry_after; a chat that blocked
-the bot, or a chat or topic that is gone, dead-letters the reply. A part whose request reached
-Telegram but whose answer did not come within CORTEX_TELEGRAM_SEND_TIMEOUT was most likely
-delivered: it is noted as sent with a warning, since sending it again would most likely double it.
+the bot, or a chat or topic that is gone, dead-letters the reply. While Telegram cannot be reached
+(a network error, a 5xx), the leased replies are given back uncounted (POST /outbox/release) and
+the connector tries again after a pause that doubles up to 30 s: an outage uses up no attempts.
+A part whose request reached Telegram but whose answer did not come within
+CORTEX_TELEGRAM_SEND_TIMEOUT was most likely delivered: it is noted as sent with a warning, since
+sending it again would most likely double it.
 
 SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, then it exits.
 """
@@ -40,7 +43,15 @@ from telegram import (
     ReplyParameters,
     Update,
 )
-from telegram.error import BadRequest, Forbidden, InvalidToken, RetryAfter, TelegramError, TimedOut
+from telegram.error import (
+    BadRequest,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.connectors.gateway_client import Erased, GatewayClient, GatewayRefused, Rejected
@@ -293,26 +304,40 @@ class TelegramConnector:
         while not self.stopping.is_set():
             try:
                 replies = await gateway.poll(CHANNEL, BATCH)
-                pause = 1.0
-                for reply in replies:
-                    await self._deliver(bot, gateway, reply)
-                    if self.stopping.is_set():
-                        return
+                waiting = await self._deliver_all(bot, gateway, replies)
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 self._say(f"telegram: gateway unavailable ({type(exc).__name__}); retrying in {pause:.0f} s")
                 await self._pause(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
                 continue
+            if waiting:
+                self._say(f"telegram: {waiting} reply(ies) wait for Telegram; trying again in {pause:.0f} s")
+                await self._pause(pause)
+                pause = min(pause * 2, MAX_PAUSE_S)
+                continue
+            pause = 1.0
             if not replies:
                 await self._pause(IDLE_POLL_S)
 
-    async def _deliver(self, bot: Bot, gateway: GatewayClient, reply: dict) -> None:
-        """Send one reply in parts; acknowledge it, dead-letter it, or leave it to its lease."""
+    async def _deliver_all(self, bot: Bot, gateway: GatewayClient, replies: list[dict]) -> int:
+        """Send leased replies in order. When Telegram cannot be reached, this reply and the rest are
+        given back uncounted, so an outage of any length uses up no attempts; returns how many."""
+        for n, reply in enumerate(replies):
+            if not await self._deliver(bot, gateway, reply):
+                await gateway.release([r["id"] for r in replies[n:]])
+                return len(replies) - n
+            if self.stopping.is_set():
+                break
+        return 0
+
+    async def _deliver(self, bot: Bot, gateway: GatewayClient, reply: dict) -> bool:
+        """Send one reply in parts; acknowledge it, dead-letter it, or leave it to its lease. False
+        when Telegram could not be reached (parts already sent stay noted)."""
         recipient = reply["recipient"]
         chat = recipient.get("chat_id")
         if not chat:
             await gateway.dead_letter([reply["id"]], "no Telegram chat to send to")
-            return
+            return True
         chat_id = _number(chat) or chat
         thread = _number(recipient.get("thread"))
         answered = _number(recipient.get("message_id"))
@@ -329,19 +354,19 @@ class TelegramConnector:
             except (Forbidden, BadRequest) as exc:
                 self._say(f"telegram: reply {reply['id']} dead-lettered: {exc}")
                 await gateway.dead_letter([reply["id"]], f"{type(exc).__name__}: {exc}")
-                return
+                return True
             except TelegramError as exc:
-                if not _answer_was_late(exc):  # not sent (network, 5xx): its lease brings it back
-                    self._say(
-                        f"telegram: reply {reply['id']} not sent ({exc}); it comes back after its lease"
-                    )
-                    return
+                if not _answer_was_late(exc):
+                    self._say(f"telegram: reply {reply['id']} not sent ({exc})")
+                    # Unreachable (network, 5xx): given back uncounted. Else its lease brings it back.
+                    return not isinstance(exc, NetworkError)
                 self._say(
                     f"telegram: warning: reply {reply['id']} part {n + 1}: Telegram took the request but did "
                     f"not answer within {self.send_timeout:g} s; counted as sent, not sent again"
                 )
             sent_parts.note_part_sent(self.sent, key, n)
         await gateway.ack([reply["id"]])
+        return True
 
     async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:
         while True:

@@ -126,6 +126,10 @@ class Acked(BaseModel):
     acked: int
 
 
+class Released(BaseModel):
+    released: int
+
+
 class DeadLetterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ids: list[int] = Field(max_length=1000)
@@ -258,6 +262,18 @@ def create_app(settings: Settings) -> FastAPI:
     def ack(body: AckRequest) -> dict:
         """An acknowledged reply never comes back; `acked` counts those not acknowledged before."""
         return {"acked": delivery.ack(db, settings, body.ids)}
+
+    @app.post(
+        "/outbox/release",
+        response_model=Released,
+        dependencies=[Depends(authorized)],
+        summary="Give leased replies back unsent, the attempt not counted",
+        responses={400: _ERROR, 401: _ERROR},
+    )
+    def release(body: AckRequest) -> dict:
+        """For a service the connector cannot reach: the replies are due again at once, and an outage
+        does not use up their attempts."""
+        return {"released": delivery.release(db, body.ids)}
 
     @app.post(
         "/outbox/dead-letter",

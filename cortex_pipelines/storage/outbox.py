@@ -139,6 +139,19 @@ def acknowledge(con, ids: list[int]) -> list[dict]:
     )
 
 
+def release(con, ids: list[int]) -> list[dict]:
+    """Give leased replies back unsent, their lease not counted as an attempt: the connector could
+    not reach its service, and an outage is no fault of the reply. Due again at once."""
+    return dict_rows(
+        con.execute(
+            "UPDATE outbox SET lease_expires_at = NULL, attempts = attempts - 1 "
+            f"WHERE {_UNDELIVERED} AND lease_expires_at IS NOT NULL AND attempts > 0 "
+            "AND list_contains(?::BIGINT[], id) RETURNING id, channel",
+            [ids],
+        )
+    )
+
+
 def dead_letter(con, ids: list[int], error: str) -> list[dict]:
     """Give up on replies a connector cannot deliver (a blocked chat, a deleted thread)."""
     return dict_rows(

@@ -2,9 +2,9 @@
 
 It keeps updates until a getUpdates with a higher offset confirms them (as Telegram does), answers
 getUpdates by long polling, records every sendMessage, and can answer a chat with 403 (the user
-blocked the bot), the next sendMessage calls with 429 and a retry_after, deliver the next ones but
-answer late, or hold every sendMessage after the first few unanswered (to kill a connector in the
-middle of a reply).
+blocked the bot), the next sendMessage calls with 429 and a retry_after, every one with 502 (an
+outage), deliver the next ones but answer late, or hold every sendMessage after the first few
+unanswered (to kill a connector in the middle of a reply).
 
     with FakeTelegram("123:abc") as tg:
         tg.push_text(chat_id=42, user_id=42, text="hi")
@@ -33,6 +33,7 @@ class FakeTelegram:
         self.calls: list[str] = []
         self.blocked_chats: set[int] = set()
         self.rate_limits: list[int] = []  # retry_after of the next sendMessage calls
+        self.send_outage = False  # every sendMessage answers 502 and delivers nothing
         self.late_answers: list[float] = []  # the next sendMessage calls deliver, then answer this late
         self.hold_sends_after: int | None = None  # once this many are sent, hold the next unanswered
         self.held = 0  # sendMessage calls being held; they are never delivered
@@ -126,6 +127,7 @@ class FakeTelegram:
             self.held += hold
         if hold:
             self._release.wait()
+        if hold or self.send_outage:
             return 502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}
         chat_id = int(params["chat_id"])
         if len(params["text"].encode("utf-16-le")) // 2 > 4096:

@@ -227,3 +227,21 @@ def test_invisible_characters_are_neutralized_and_a_refused_update_is_kept_and_c
         kept = json.loads(note.with_suffix("").read_text())
         assert kept["external_id"] == str(too_long) and kept["text"] == "x" * 300
         assert "1 file(s) rejected" in cli("status", env=env).stdout
+
+
+def test_an_outage_longer_than_the_attempts_dead_letters_nothing(tmp_path, telegram):
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    env = {**_env(telegram), "CORTEX_OUTBOX_LEASE_SECONDS": "1", "CORTEX_OUTBOX_MAX_ATTEMPTS": "2"}
+    with cortex_serve(home, tmp_path / "serve.log", **env):
+        update = telegram.push_text(OWNER, OWNER, "remind me later")
+        wait_for(lambda: len(_ingested(db)) == 1, 30, "the update to go in")
+        telegram.send_outage = True
+        _reply_to(db, update, "sent once Telegram is back")
+        time.sleep(8)  # eight leases: four times the attempts a reply has
+        assert _outbox(db)["dead_lettered"] == 0
+        assert telegram.calls.count("sendMessage") >= 3  # it kept trying
+        telegram.send_outage = False
+        wait_for(lambda: _outbox(db)["waiting"] == 0, 40, "the reply once Telegram is back")
+        assert telegram.sent_texts() == ["sent once Telegram is back"]
+        assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 0}
