@@ -21,6 +21,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+# The fields python-telegram-bot JSON-encodes for the methods the fake answers; the rest (a
+# message's text above all) are strings as sent, whatever they start with.
+_JSON_FIELDS = {"allowed_updates", "reply_parameters", "reply_markup", "entities", "link_preview_options"}
 BOT = {"id": 1000, "is_bot": True, "first_name": "Cortex", "username": "cortex_test_bot"}
 
 
@@ -166,10 +169,7 @@ def _decoded(raw: bytes, content_type: str) -> dict:
     if content_type.startswith("application/json"):
         return json.loads(raw or b"{}")
     fields = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
-    for name, value in fields.items():
-        if value[:1] in ("{", "["):
-            fields[name] = json.loads(value)
-    return fields
+    return {k: json.loads(v) if k in _JSON_FIELDS else v for k, v in fields.items()}
 
 
 def _handler(fake: FakeTelegram) -> type[BaseHTTPRequestHandler]:

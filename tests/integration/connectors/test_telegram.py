@@ -237,11 +237,11 @@ def test_an_outage_longer_than_the_attempts_dead_letters_nothing(tmp_path, teleg
         update = telegram.push_text(OWNER, OWNER, "remind me later")
         wait_for(lambda: len(_ingested(db)) == 1, 30, "the update to go in")
         telegram.send_outage = True
-        _reply_to(db, update, "sent once Telegram is back")
+        _reply_to(db, update, "[queued] sent once Telegram is back")
         time.sleep(8)  # eight leases: four times the attempts a reply has
         assert _outbox(db)["dead_lettered"] == 0
         assert telegram.calls.count("sendMessage") >= 3  # it kept trying
         telegram.send_outage = False
         wait_for(lambda: _outbox(db)["waiting"] == 0, 40, "the reply once Telegram is back")
-        assert telegram.sent_texts() == ["sent once Telegram is back"]
+        assert telegram.sent_texts() == ["[queued] sent once Telegram is back"]
         assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 0}
