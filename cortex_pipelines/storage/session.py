@@ -152,14 +152,17 @@ def exchanges_of(con, turn_ids: list[int], bus_ids: list[int]) -> list[dict]:
 def conversation_history(
     con, conversation: str, limit: int, before_id: int | None = None, answering: int | None = None
 ) -> list[Turn]:
-    """The newest `limit` turns of one conversation, oldest first, as the model reads them: without
-    the exchanges of a fact the user asked to forget (NOT_FORGOTTEN). The turn being answered
-    (`answering`) is read all the same: a request to forget is answered from its own words."""
+    """The newest `limit` turns of one conversation in the order they were recorded, as the model
+    reads them: without the exchanges of a fact the user asked to forget (NOT_FORGOTTEN). The turn
+    being answered (`answering`) is read all the same: a request to forget is answered from its own
+    words. Not by `ts`: a message's is when it arrived, a reply's when it was answered, so a message
+    that waited while an earlier one was answered came before that reply, and the request ended
+    with the assistant's turn instead of the message it answers."""
     rows = con.execute(
         f"""
         SELECT {_TURN_COLUMNS} FROM session
         WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND ({NOT_FORGOTTEN} OR id = ?)
-        ORDER BY ts DESC, id DESC LIMIT ?
+        ORDER BY id DESC LIMIT ?
         """,
         [conversation, before_id, before_id, answering, limit],
     ).fetchall()

@@ -419,3 +419,20 @@ def test_a_reply_cut_at_its_length_limit_says_so(settings):
     assert reply["text"] == (
         "For the trip, you should bring your pass\n\n(This reply was cut short at its length limit.)"
     )
+
+
+def test_a_message_that_waited_is_the_last_turn_the_model_reads(tmp_path):
+    """Two messages queued, one `cortex run`: the second's request ends with the second message,
+    after the reply to the first. Read by arrival time, it came before that reply and the request
+    ended with the assistant's own turn (a prefill the model continued, or a 400 from some models)."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "My flight is on Friday", home=home)
+    cortex("send", "webchat", "What should I pack?", home=home)
+    with MessagesServer(responder=lambda _body: reply_text("Have a good flight.")) as server:
+        cortex("run", home=home, env=server.cortex_env())
+        second = [r for r in server.requests if r.get("tools")][1]["messages"]
+
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert "My flight is on Friday" in second[0]["content"]
+    assert second[1]["content"] == "Have a good flight."
+    assert "What should I pack?" in second[2]["content"]
