@@ -38,6 +38,7 @@ from cortex_pipelines.proactive.supervision import (
     fail_overdue_work,
     recover_interrupted_work,
     release_stopped_work,
+    undo_unanswered,
 )
 from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, bus, health, lease, outbox, turn_vectors
@@ -298,10 +299,16 @@ class Brain:
 
     def _retry_or_fail(self, msg: BusMessage, session_id: int, error: str, report: DrainReport) -> None:
         """Held back for a retry with backoff, or failed for good after the last attempt; the
-        messages behind it are answered meanwhile."""
-        state = self.db.run(
-            bus.fail_or_retry, msg, error, self.settings.max_attempts, self.settings.retry_backoff_s
-        )
+        messages behind it are answered meanwhile. What its tools did goes with the attempt
+        (undo_unanswered): a reminder created before a later model call failed was created again
+        by every retry."""
+
+        def put_back(con) -> str:
+            undo_unanswered(con, [msg.id])
+            settings = self.settings
+            return bus.fail_or_retry(con, msg, error, settings.max_attempts, settings.retry_backoff_s)
+
+        state = self.db.run(put_back)
         if state == "failed":
             report.failed += 1
             self._log_message(msg, session_id, f"failed after {msg.attempts} attempt(s): {error}")

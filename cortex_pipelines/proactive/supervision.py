@@ -43,13 +43,16 @@ def recover_interrupted_work(con, settings: Settings, started_before=None) -> Re
     """Undo what a dead drainer left half done: its messages go back to the queue (or fail), the
     work they delegated fails, the schedules they created go (the retry creates them again)."""
     requeued, failed = bus.recover_interrupted(con, settings.max_attempts, started_before)
-    interrupted = requeued + failed
-    return Recovery(
-        requeued,
-        failed,
-        ops_store.fail_orphans(con, interrupted),
-        schedule_store.delete_schedules_created_by(con, interrupted),
-    )
+    return Recovery(requeued, failed, *undo_unanswered(con, requeued + failed))
+
+
+def undo_unanswered(con, bus_ids: list[int]) -> tuple[int, list[str]]:
+    """What messages left unanswered (put back for a retry, or failed) did through their tools:
+    the work they delegated fails and the schedules they created go. A retry creates them again,
+    so kept they were run once per attempt; a failed message's owner is told it failed, not
+    reminded of it later. Returns (ops failed, schedules deleted). Saving a fact or pinning an item
+    again only reinforces it."""
+    return ops_store.fail_orphans(con, bus_ids), schedule_store.delete_schedules_created_by(con, bus_ids)
 
 
 def fail_overdue_work(con, settings: Settings) -> list[str]:
@@ -99,8 +102,7 @@ def release_stopped_work(con, settings: Settings, claimed_since) -> list[int]:
         return []
     stuck_since = utcnow() - timedelta(seconds=settings.stuck_after_s)
     released = bus.release_claimed(con, claimed_since, stuck_since)
-    ops_store.fail_orphans(con, released)
-    schedule_store.delete_schedules_created_by(con, released)
+    undo_unanswered(con, released)
     return released
 
 

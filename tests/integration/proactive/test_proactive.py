@@ -25,6 +25,9 @@ from cortex_pipelines.storage import ops as ops_store
 from cortex_pipelines.storage import schedules as schedule_store
 from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
+from tests.support.messages_server import MessagesServer, message
+from tests.support.messages_server import error as reply_error
+from tests.support.messages_server import text as reply_text
 from tests.support.scripted_llm import ScriptedClient
 from tests.support.sensors import evaluate
 
@@ -564,3 +567,58 @@ def test_published_files_show_a_firing_as_the_owners_schedule_not_a_strangers(tm
     assert any("Scheduled job" in text for text in published.values())  # the firing is in them
     for name, text in published.items():
         assert "not the owner" not in text, (name, text)
+
+
+def _reminder_and_task_then(*endings):
+    """A model that sets a reminder and delegates a task in its first round, then answers each
+    attempt's second round with the next of `endings` (an error or a text)."""
+    left = list(endings)
+
+    def respond(body):
+        if not body.get("tools"):  # extraction and the like, not the brain
+            return reply_text("[]")
+        if body["messages"][-1]["role"] == "user" and isinstance(body["messages"][-1]["content"], str):
+            return message(
+                [
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_r{len(left)}",
+                        "name": "schedule_create",
+                        "input": {
+                            "description": "dentist",
+                            "action": "Call the dentist",
+                            "at": "2030-12-01T09:00:00",
+                        },
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_s{len(left)}",
+                        "name": "sessions_spawn",
+                        "input": {"task": "find the dentist's number"},
+                    },
+                ],
+                stop_reason="tool_use",
+            )
+        return left.pop(0)
+
+    return respond
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered-on-the-last-try", "failed"])
+def test_a_reminder_set_before_a_model_error_is_not_set_again_by_each_retry(tmp_path, answered):
+    """The reminder and the delegated task of an attempt whose next model call failed go with the
+    attempt: each of the three attempts had added its own, so the owner got three reminders (and,
+    when the message failed, reminders for a request they were told had failed)."""
+    home = tmp_path / "home"
+    env = {"CORTEX_LLM_RETRIES": "0", "CORTEX_MAX_ATTEMPTS": "3", "CORTEX_RETRY_BACKOFF_S": "0"}
+    last = reply_text("Reminder set.") if answered else reply_error(500)
+    cortex("send", "webchat", "remind me to call the dentist on Dec 1 at 9", home=home)
+    with MessagesServer(
+        responder=_reminder_and_task_then(reply_error(500), reply_error(500), last)
+    ) as server:
+        cortex("run", home=home, env={**server.cortex_env(), **env}, check=False)
+
+    reminders = json.loads(cortex("schedules", "--json", home=home).stdout)
+    ops = json.loads(cortex("status", "--json", home=home).stdout)["ops"]
+    assert [r["description"] for r in reminders] == (["dentist"] if answered else [])
+    assert ops["pending"] == (1 if answered else 0)
