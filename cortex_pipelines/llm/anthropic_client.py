@@ -8,6 +8,7 @@ import json
 import anthropic
 
 from cortex_pipelines.llm.base import LLMError, LLMRequest, LLMResponse, ToolCall
+from cortex_pipelines.publish.safe import redact_key
 
 
 class AnthropicClient:
@@ -25,6 +26,7 @@ class AnthropicClient:
     ):
         self.model = model
         self.prompt_caching = prompt_caching
+        self._key = api_key
         self._client = anthropic.Anthropic(
             api_key=api_key or "not-needed-for-local-servers",
             base_url=base_url,
@@ -46,13 +48,13 @@ class AnthropicClient:
         try:
             message = self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
-            raise LLMError(f"anthropic HTTP {exc.status_code}: {_short(exc.message)}") from exc
-        except anthropic.APITimeoutError as exc:
-            raise LLMError("anthropic: request timed out") from exc
+            raise LLMError(self._redacted(f"anthropic HTTP {exc.status_code}{_said(exc)}")) from None
+        except anthropic.APITimeoutError:
+            raise LLMError("anthropic: request timed out") from None
         except anthropic.APIConnectionError as exc:
-            raise LLMError(f"anthropic: connection failed: {_short(str(exc))}") from exc
+            raise LLMError(self._redacted(f"anthropic: connection failed: {exc}")) from None
         except (anthropic.APIError, json.JSONDecodeError, ValueError) as exc:
-            raise LLMError(f"anthropic: malformed response: {_short(str(exc))}") from exc
+            raise LLMError(self._redacted(f"anthropic: malformed response: {exc}")) from None
         content = [block.model_dump(exclude_none=True) for block in message.content]
         texts = [b.text for b in message.content if b.type == "text"]
         calls = [
@@ -86,6 +88,21 @@ class AnthropicClient:
             blocks.append(block)
         return blocks
 
+    def _redacted(self, text: str) -> str:
+        """An error as it is stored (bus.error, llm_usage.error, Dagster's run storage) and printed:
+        one line, without credentials, the configured key included (some proxies echo it in their
+        401). Raised `from None`: the SDK's exception, which Dagster stores as the cause, has it
+        verbatim."""
+        return " ".join(redact_key(text, self._key).split())[:300]
 
-def _short(text: str) -> str:
-    return " ".join(str(text).split())[:300]
+
+def _said(exc: anthropic.APIStatusError) -> str:
+    """What the server said, once (" api_error: Internal server error"): the SDK's message
+    repeats the status code before the whole body."""
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        kind, message = error.get("type"), error.get("message")
+        said = ": ".join(str(part) for part in (kind, message) if part)
+        return f" {said}" if said else f": {error}"
+    return f": {error}" if error else ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from duckdb import DuckDBPyConnection
 
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
-from cortex_pipelines.publish.safe import REDACTED, SECRET_PATTERNS, redact_secrets
+from cortex_pipelines.publish.safe import SECRET_PATTERNS, redact_key
 from cortex_pipelines.storage import Database, utcnow
 from cortex_pipelines.storage.published import mark_current, published_row, record_written
 
@@ -31,11 +30,7 @@ def digest(value: object) -> str:
 def redact(text: str, settings: Settings) -> str:
     """Published files must never carry a credential, even one a user pasted into a chat. The
     configured key goes with anything that starts like it: a field cut short may hold its prefix."""
-    text = redact_secrets(text)
-    key = settings.resolved_api_key()
-    if key and len(key) >= 8:
-        text = re.sub(re.escape(key[:8]) + r"\S*", REDACTED, text)
-    return text
+    return redact_key(text, settings.resolved_api_key())
 
 
 def find_secrets(text: str, settings: Settings) -> list[str]:

@@ -205,6 +205,15 @@ def redact_secrets(text: str) -> str:
     return text
 
 
+def redact_key(text: str, key: str | None) -> str:
+    """Credentials and the configured key gone, with anything that starts like the key: a field
+    cut short may hold its prefix, and a proxy's key need not look like any known one."""
+    text = redact_secrets(text)
+    if key and len(key) >= 8:
+        text = re.sub(re.escape(key[:8]) + r"\S*", REDACTED, text)
+    return text
+
+
 def escape(text: str) -> str:
     """One line of text that markdown and HTML show as written: no tags, code spans, table cells,
     links (bare URLs included), output directives ([[…]]) or line-start markup."""

@@ -10,7 +10,7 @@ from cortex_pipelines.storage import bus, outbox, usage
 from cortex_pipelines.storage.session import add_pin
 from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
-from tests.support.messages_server import error, text, tool_use
+from tests.support.messages_server import MessagesServer, error, text, tool_use
 
 
 def _anthropic(settings, server, **extra):
@@ -171,3 +171,26 @@ def test_an_api_key_with_the_offline_provider_is_said_to_be_unused(settings):
     run = cortex("run", home=settings.home, env={"ANTHROPIC_API_KEY": "sk-ant-test-key"})
     assert "an API key is set but CORTEX_LLM_PROVIDER is offline" in run.stderr
     assert "sk-ant-test-key" not in run.stdout + run.stderr
+
+
+def test_a_key_the_server_echoes_in_its_error_is_never_stored_or_printed(tmp_path):
+    """Some proxies name the key in their 401 body. It had been printed by `cortex run` and
+    `cortex retry` and stored in cortex.duckdb and Dagster's run storage; now the error is one
+    line with the key redacted, whether it looks like a known credential or not."""
+    home = tmp_path / "home"
+    key = "proxy-7f3a9c1e5b2d4a6f"  # the configured key: no known credential's shape
+    said = {"type": "error", "error": {"type": "authentication_error", "message": f"Invalid API key: {key}"}}
+    cortex("send", "webchat", "hello", home=home)
+    with MessagesServer(responder=lambda _body: error(401, said)) as server:
+        env = {
+            **server.cortex_env(),
+            "CORTEX_API_KEY": key,
+            "CORTEX_LLM_RETRIES": "0",
+            "CORTEX_MAX_ATTEMPTS": "1",
+        }
+        run = cortex("run", home=home, env=env, check=False)
+    listed = cortex("retry", home=home).stdout
+
+    assert key not in run.stdout + run.stderr and key not in listed
+    assert "anthropic HTTP 401 authentication_error: Invalid API key: [redacted]" in listed
+    assert not [f for f in home.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
