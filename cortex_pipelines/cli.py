@@ -352,7 +352,12 @@ def run(
             code=130,
         )
     if not result.success:
-        for failure in result.get_step_failure_events():
+        failures = result.get_step_failure_events()
+        refused = [f for f in failures if _innermost(f.event_specific_data.error).cls_name == "LLMRefused"]
+        if refused:  # the one thing to fix, said once: every step that called the model failed alike
+            said = _innermost(refused[0].event_specific_data.error).message.strip().splitlines()[0]
+            _fail(f"{said.split('LLMRefused: ', 1)[-1]}; the messages wait, attempts not counted", code=1)
+        for failure in failures:
             _say(f"cortex: step {failure.step_key} failed: {_cause(failure.event_specific_data.error)}", err)
         _fail(
             f"run {result.run_id[:8]} failed; `cortex doctor` checks the stores, `cortex run -v` logs",
@@ -412,11 +417,16 @@ def _say_gone_wrong(db: Database, since) -> None:
             _say(f"message #{row['id']} will be retried after {row['not_before']:%H:%M:%S} UTC: {error}", err)
 
 
-def _cause(error) -> str:
-    """The first line of the innermost error: Dagster wraps the cause in "Error occurred while
-    executing op …:", which said nothing of it."""
+def _innermost(error):
+    """Dagster wraps the cause in "Error occurred while executing op …:", which says nothing of it."""
     while error is not None and error.cause is not None:
         error = error.cause
+    return error
+
+
+def _cause(error) -> str:
+    """The first line of the innermost error."""
+    error = _innermost(error)
     lines = error.message.strip().splitlines() if error is not None else []
     return (lines or ["no message"])[0][:200]
 

@@ -26,7 +26,7 @@ from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.output import Output, marked_cut_short, parse
 from cortex_pipelines.brain.tools import ToolRunner, speaks_for_owner, tools_for
 from cortex_pipelines.config import ADMIN_CHANNEL, ROUTER_CHANNEL, Settings, is_firing
-from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRequest, LLMResponse, ToolCall
+from cortex_pipelines.llm.base import LLMClient, LLMError, LLMRefused, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.llm.recorded import complete_recorded
 from cortex_pipelines.memory import tail
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
@@ -102,6 +102,11 @@ def is_interrupt(exc: BaseException) -> bool:
     if any(cls.__name__ == "DagsterExecutionInterruptedError" for cls in type(exc).__mro__):
         return True
     return isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted")
+
+
+def _put_back_uncounted(con, bus_id: int) -> None:
+    undo_unanswered(con, [bus_id])
+    bus.put_back_uncounted(con, bus_id)
 
 
 def _heartbeat_and_claim(con) -> BusMessage | None:
@@ -274,6 +279,9 @@ class Brain:
         }
         try:
             response = self._converse(msg, context, hints, report)
+        except LLMRefused:
+            self.db.run(_put_back_uncounted, msg.id)
+            raise  # no message gets through with these credentials: the run ends, saying which
         except LLMError as exc:
             self._retry_or_fail(msg, context.session_id, str(exc), report)
             return

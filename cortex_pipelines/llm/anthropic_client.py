@@ -7,7 +7,7 @@ import json
 
 import anthropic
 
-from cortex_pipelines.llm.base import LLMError, LLMRequest, LLMResponse, ToolCall
+from cortex_pipelines.llm.base import LLMError, LLMRefused, LLMRequest, LLMResponse, ToolCall
 from cortex_pipelines.publish.safe import redact_key
 
 
@@ -47,6 +47,10 @@ class AnthropicClient:
                 kwargs["tool_choice"] = {"type": "none"}
         try:
             message = self._client.messages.create(**kwargs)
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
+            said = self._redacted(f"HTTP {exc.status_code}{_said(exc)}")
+            fix = "check CORTEX_API_KEY (or ANTHROPIC_API_KEY)"
+            raise LLMRefused(f"the model provider refused the API key ({said}): {fix}") from None
         except anthropic.APIStatusError as exc:
             raise LLMError(self._redacted(f"anthropic HTTP {exc.status_code}{_said(exc)}")) from None
         except anthropic.APITimeoutError:

@@ -11,6 +11,12 @@ class LLMError(RuntimeError):
     """The call failed after the client's own retries; the message will be retried later."""
 
 
+class LLMRefused(LLMError):
+    """The provider refused the credentials (HTTP 401 or 403): no message is at fault and none would
+    get through, so the messages wait uncounted and the run says which setting to fix (a wrong key
+    had used up every attempt of every message, each run ending on `cortex doctor`'s hint)."""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str

@@ -240,6 +240,15 @@ def release_claimed(con, since: datetime, counted_before: datetime) -> list[int]
     return sorted(r[0] for r in rows)
 
 
+def put_back_uncounted(con, bus_id: int) -> None:
+    """A claimed message back to the queue as if never tried: what stopped it was not its fault."""
+    con.execute(
+        "UPDATE bus SET state = 'pending', started_at = NULL, attempts = greatest(attempts - 1, 0) "
+        "WHERE id = ? AND state = 'processing'",
+        [bus_id],
+    )
+
+
 def requeue_failed(con, ids: list[int] | None, skipped_too: bool = False) -> list[int]:
     """Failed messages back to pending with fresh attempts (all of them when ids is None); with
     `skipped_too`, skipped ones as well (their channel was off or their sender not allowed then: a

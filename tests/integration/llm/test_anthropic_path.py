@@ -174,14 +174,14 @@ def test_an_api_key_with_the_offline_provider_is_said_to_be_unused(settings):
 
 
 def test_a_key_the_server_echoes_in_its_error_is_never_stored_or_printed(tmp_path):
-    """Some proxies name the key in their 401 body. It had been printed by `cortex run` and
+    """Some proxies name the key in their error body. It had been printed by `cortex run` and
     `cortex retry` and stored in cortex.duckdb and Dagster's run storage; now the error is one
     line with the key redacted, whether it looks like a known credential or not."""
     home = tmp_path / "home"
     key = "proxy-7f3a9c1e5b2d4a6f"  # the configured key: no known credential's shape
-    said = {"type": "error", "error": {"type": "authentication_error", "message": f"Invalid API key: {key}"}}
+    said = {"type": "error", "error": {"type": "api_error", "message": f"upstream failed for key {key}"}}
     cortex("send", "webchat", "hello", home=home)
-    with MessagesServer(responder=lambda _body: error(401, said)) as server:
+    with MessagesServer(responder=lambda _body: error(500, said)) as server:
         env = {
             **server.cortex_env(),
             "CORTEX_API_KEY": key,
@@ -192,5 +192,31 @@ def test_a_key_the_server_echoes_in_its_error_is_never_stored_or_printed(tmp_pat
     listed = cortex("retry", home=home).stdout
 
     assert key not in run.stdout + run.stderr and key not in listed
-    assert "anthropic HTTP 401 authentication_error: Invalid API key: [redacted]" in listed
+    assert "anthropic HTTP 500 api_error: upstream failed for key [redacted]" in listed
+    assert not [f for f in home.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
+
+
+def test_a_refused_api_key_is_one_line_and_uses_up_no_message(tmp_path):
+    """A wrong key (401) used up every attempt of every message, and each run printed a step's
+    AuthenticationError with `cortex doctor`'s hint (QA, helper-55). Now the run ends on one line
+    naming the setting; the messages wait, their attempts not counted, for a run with a good key."""
+    home = tmp_path / "home"
+    key = "proxy-7f3a9c1e5b2d4a6f"
+    said = {"type": "error", "error": {"type": "authentication_error", "message": f"Invalid API key: {key}"}}
+    cortex("send", "webchat", "hello", home=home)
+    cortex("send", "webchat", "are you there?", home=home)
+    with MessagesServer(responder=lambda _body: error(401, said)) as server:
+        env = {**server.cortex_env(), "CORTEX_API_KEY": key, "CORTEX_MAX_ATTEMPTS": "1"}
+        runs = [cortex("run", home=home, env=env, check=False) for _ in range(2)]
+        server.responder = lambda _body: text("Hello!")
+        fixed = cortex("run", home=home, env=env)
+    for run in runs:
+        assert run.returncode == 1 and key not in run.stdout + run.stderr
+        assert run.stderr.strip().splitlines()[-1] == (
+            "cortex: the model provider refused the API key (HTTP 401 authentication_error: Invalid API "
+            "key: [redacted]): check CORTEX_API_KEY (or ANTHROPIC_API_KEY); the messages wait, attempts "
+            "not counted"
+        ), run.stderr
+        assert "cortex doctor" not in run.stderr
+    assert fixed.stdout.count("Hello!") == 2, fixed.stdout
     assert not [f for f in home.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
