@@ -507,6 +507,9 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         f"conversations {talked['total']} ({layers})  "
         + "  ".join(f"{k} {v}" for k, v in talked["by_channel"].items())
     )
+    for name, connector in state["connectors"].items():
+        if connector not in ("starting", "running"):
+            _say(f"connector {name}: {connector}", err)
     box = state["outbox"]
     out.print(
         f"outbox   {box['waiting']} waiting  {box['leased']} leased  {box['dead_lettered']} dead-lettered"

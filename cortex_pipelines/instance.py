@@ -13,6 +13,7 @@ import tomlkit  # edits config.toml without losing comments
 
 from cortex_pipelines import delivery
 from cortex_pipelines.config import ADMIN_CHANNEL, ANY_CHANNEL, Paths, Settings
+from cortex_pipelines.connectors.states import live_states
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.llm import cost
@@ -169,6 +170,7 @@ def status(settings: Settings) -> dict:
         "channels": {name: settings.mode_for(name) for name in channels},
         "conversations": talked,
         "outbox": delivery.counts(db, settings),
+        "connectors": live_states(settings.paths),  # of a gateway running now
         "memory": {
             "hot": tiers["hot"],
             "cold": tiers["cold"],

@@ -132,8 +132,19 @@ class Supervised:
     own session: the terminal's Ctrl-C is its parent's alone, which then stops it in order (told at
     once, the gateway under `cortex dev` drained, exited and was restarted while `cortex dev` stopped)."""
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], say: Callable[[str], None]):
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str],
+        say: Callable[[str], None],
+        on_state: Callable[[str], None] = lambda _state: None,
+    ):
         self.name, self.cmd, self.env, self.say = name, cmd, env, say
+        # "running", "restarting: …" or "stopped: …", told to `on_state` as it changes (a connector
+        # refused for good had left /health saying "ok" and `cortex status` saying nothing)
+        self.state = "starting"
+        self.on_state = on_state
         self.proc: subprocess.Popen | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -152,16 +163,23 @@ class Supervised:
                     self.cmd, env=self.env, preexec_fn=own_session_ending_with_parent
                 )
                 started = time.monotonic()
+            self._set_state("running")
             code = self.proc.wait()
             if self._stopping.is_set():
                 return
             if code == BAD_INPUT:
                 self.say(f"{self.name} exited with status {code} (bad configuration); not restarting")
+                self._set_state(f"stopped: exited with status {code} (bad configuration), see its log")
                 return
             pause = 1.0 if time.monotonic() - started > 60 else min(pause * 2, 60.0)
             self.say(f"{self.name} exited with status {code}; restarting in {pause:.0f} s")
+            self._set_state(f"restarting: exited with status {code}")
             if self._stopping.wait(pause):
                 return
+
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.on_state(state)
 
     def wind_down(self) -> None:
         """Restart nothing from now on, and say nothing of a child that exits: its parent is stopping,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
@@ -88,12 +89,13 @@ class Ingested(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str  # "ok", or "degraded" while a connector is not running
     version: str
     uptime_s: float
     warmup: str
     bus: dict[str, int]
     outbox: dict[str, int]
+    connectors: dict[str, str] = {}
 
 
 class PollRequest(BaseModel):
@@ -145,8 +147,9 @@ _BEARER = HTTPBearer(auto_error=False, description="CORTEX_INGEST_API_KEY")
 _ERROR = {"content": {"application/json": {"example": {"error": "one line"}}}}
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The gateway for one CORTEX_HOME; `settings.ingest_api_key` must be set."""
+def create_app(settings: Settings, connectors: Callable[[], dict[str, str]] = dict) -> FastAPI:
+    """The gateway for one CORTEX_HOME; `settings.ingest_api_key` must be set. `connectors` tells
+    the state of each connector it runs, for /health."""
     if settings.ingest_api_key is None:
         raise ValueError("CORTEX_INGEST_API_KEY is not set")
     key = settings.ingest_api_key.get_secret_value().encode()
@@ -193,8 +196,11 @@ def create_app(settings: Settings) -> FastAPI:
             return bus_counts(con), warm["state"] if warm else "cold"
 
         bus, warmup = db.run(read)
+        states = connectors()
+        up = all(state in ("starting", "running") for state in states.values())
         return {
-            "status": "ok",
+            "status": "ok" if up else "degraded",
+            "connectors": states,
             "version": VERSION,
             "uptime_s": round(time.monotonic() - started, 3),
             "warmup": warmup,

@@ -14,10 +14,12 @@ import signal
 import socket
 import sys
 import threading
+from functools import partial
 
 import uvicorn
 
 from cortex_pipelines.config import Settings
+from cortex_pipelines.connectors.states import record_state
 from cortex_pipelines.gateway.app import create_app
 from cortex_pipelines.processes import Supervised
 
@@ -96,31 +98,32 @@ def serve(settings: Settings, port: int, say) -> None:
     """Serve until SIGTERM or Ctrl-C; `settings.ingest_api_key` must be set. Raises PortUnavailable
     before saying anything when the port cannot be listened on."""
     sock = listen(port)
-    connectors = [
-        Supervised(
+    connectors = {
+        name: Supervised(
             f"connector {name}",
             [*_CONNECT, name, "--port", str(port), "--parent-pid", str(os.getpid())],
             {**os.environ, "CORTEX_HOME": str(settings.home)},
             say,
+            on_state=partial(record_state, settings.paths, name),
         )
         for name in configured_connectors(settings)
-    ]
+    }
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(settings, lambda: {name: c.state for name, c in connectors.items()}),
         host=HOST,
         port=port,
         log_level="info",
         timeout_graceful_shutdown=int(REQUEST_GRACE_S),
         server_header=False,
     )
-    server = _Server(config, connectors)
+    server = _Server(config, list(connectors.values()))
     logging.getLogger("uvicorn.access").addFilter(_QuietPolls())
     say(f"Cortex gateway: http://{HOST}:{port}  (API docs at /docs)")
-    for connector in connectors:
+    for connector in connectors.values():
         say(f"starting {connector.name}")
         connector.start()
     try:
         server.run(sockets=[sock])
     finally:
-        for connector in connectors:
+        for connector in connectors.values():
             connector.stop(CONNECTOR_GRACE_S)

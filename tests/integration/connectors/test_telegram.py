@@ -6,6 +6,7 @@ import json
 import signal
 import time
 
+import httpx
 import psutil
 import pytest
 
@@ -245,3 +246,23 @@ def test_an_outage_longer_than_the_attempts_dead_letters_nothing(tmp_path, teleg
         wait_for(lambda: _outbox(db)["waiting"] == 0, 40, "the reply once Telegram is back")
         assert telegram.sent_texts() == ["[queued] sent once Telegram is back"]
         assert _outbox(db) == {"waiting": 0, "leased": 0, "dead_lettered": 0}
+
+
+def test_a_connector_refused_for_good_is_said_by_health_and_cortex_status(tmp_path):
+    """A wrong bot token stops the connector for good ("not restarting"), and /health still said
+    "ok" while `cortex status` said nothing: the bot just never answered (QA, helper-54)."""
+    home = tmp_path / "home"
+    with (
+        FakeTelegram("999:another-bots-token") as other,
+        cortex_serve(home, tmp_path / "serve.log", **_env(other)) as (base, env, _proc),
+    ):
+        degraded = lambda: httpx.get(f"{base}/health").json()["status"] == "degraded"  # noqa: E731
+        wait_for(degraded, 30, "the connector to stop")
+        health = httpx.get(f"{base}/health").json()
+        status = cli("status", env=env)
+        report = json.loads(cli("status", "--json", env=env).stdout)
+    assert health["connectors"]["telegram"].startswith("stopped: exited with status 2 (bad configuration)")
+    assert "connector telegram: stopped: exited with status 2" in status.stderr
+    assert report["connectors"]["telegram"] == health["connectors"]["telegram"]
+    assert TOKEN not in status.stdout + status.stderr
+    assert json.loads(cli("status", "--json", env=env).stdout)["connectors"] == {}  # its gateway is gone
