@@ -104,7 +104,17 @@ def is_interrupt(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted")
 
 
+def _still_holding(con, bus_id: int) -> None:
+    """Raises LeaseLost when another process took the lease over while this one waited on the model:
+    the message is the new holder's now, as are the reminders and delegated work it made for it (a
+    timed-out call of the old holder had deleted them and set the message back to pending, to be
+    answered twice)."""
+    if not lease.held(con):
+        raise lease.LeaseLost(f"the brain lease was taken over while bus #{bus_id} was answered")
+
+
 def _put_back_uncounted(con, bus_id: int) -> None:
+    _still_holding(con, bus_id)
     undo_unanswered(con, [bus_id])
     bus.put_back_uncounted(con, bus_id)
 
@@ -312,6 +322,7 @@ class Brain:
         by every retry."""
 
         def put_back(con) -> str:
+            _still_holding(con, msg.id)
             undo_unanswered(con, [msg.id])
             settings = self.settings
             return bus.fail_or_retry(con, msg, error, settings.max_attempts, settings.retry_backoff_s)
@@ -469,8 +480,7 @@ class Brain:
     def _commit(self, con, msg: BusMessage, context: Context, output: Output, routed: Routed) -> None:
         """Steps 8–9 in one transaction: record, outbox, acknowledge, checkpoint. Nothing when the
         lease was taken over while the model answered: the new holder answers the message again."""
-        if not lease.held(con):
-            raise lease.LeaseLost(f"the brain lease was taken over while bus #{msg.id} was answered")
+        _still_holding(con, msg.id)
         channel = output.targets[0] if output.targets else msg.channel
         meta = {
             "silence": output.silence,

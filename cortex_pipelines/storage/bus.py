@@ -283,7 +283,8 @@ def fail_or_retry(con, msg: BusMessage, error: str, max_attempts: int, backoff_s
     delay = timedelta(seconds=backoff_s * (2 ** (msg.attempts - 1)))
     not_before = None if final else utcnow() + delay
     con.execute(
-        "UPDATE bus SET state = ?, error = ?, not_before = ?, finished_at = ? WHERE id = ?",
+        "UPDATE bus SET state = ?, error = ?, not_before = ?, finished_at = ? "
+        "WHERE id = ? AND state = 'processing'",
         [state, error[:2000], not_before, utcnow() if final else None, msg.id],
     )
     return state

@@ -10,7 +10,7 @@ import pytest
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
-from cortex_pipelines.llm.base import LLMError, ToolCall
+from cortex_pipelines.llm.base import LLMError, LLMRefused, ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.proactive.supervision import release_stopped_work
 from cortex_pipelines.storage import bus, lease, outbox, utcnow
@@ -279,7 +279,7 @@ def _taken_over(con):
     return bus.claim_next(con)
 
 
-@pytest.mark.parametrize("then", ["answers", "is stopped"])
+@pytest.mark.parametrize("then", ["answers", "is stopped", "times out", "is refused"])
 def test_a_drainer_whose_lease_was_taken_over_leaves_the_queue_to_the_new_holder(settings, db, then):
     """A model call that hangs past the lease timeout lets another process take the lease over and
     answer the queue. When the call comes back, or the hung run is stopped, it neither records its
@@ -292,6 +292,10 @@ def test_a_drainer_whose_lease_was_taken_over_leaves_the_queue_to_the_new_holder
         taken["msg"] = db.run(_taken_over)
         if then == "is stopped":
             raise KeyboardInterrupt
+        if then == "times out":  # the usual end of a call that hung: the retry path must not touch "a"
+            raise LLMError("anthropic: request timed out")
+        if then == "is refused":
+            raise LLMRefused("the model provider refused the API key")
         return _echo(request)
 
     with pytest.raises((lease.LeaseLost, KeyboardInterrupt)):
