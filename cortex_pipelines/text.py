@@ -162,18 +162,39 @@ FORGET_REQUEST_PATTERN = (
 FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 
 
-# "Forget that, we're at Luigi's on Friday": "that" is what was just said and what follows the comma
-# or dash is news, a correction like "scratch that, …" (memory/updates.CORRECTION), not a request
-# that restates what to drop. It had been hidden, never recalled and never a fact: the news was lost.
-RETRACTION_WITH_NEWS = re.compile(
-    rf"{_ASKED}(?:forget|unlearn|scratch|ignore|disregard) (?:that|this|it|what i (?:just )?(?:said|wrote))"
-    r"(?:\s*[,;:–—.!-][\s,;:–—.!-]*|[ \t]*\n\s*)(?!(?:please|pls|thanks|thank you|ok|okay)\b)(?=\w)",
-    re.I,
+# "Forget that, we're at Luigi's on Friday": "that" is what was just said, and what follows the
+# comma, dash, full stop or line break is news, a correction like "scratch that, …" (memory/
+# updates.says_change), not a request that restates what to drop. It had been hidden, never recalled
+# and never a fact: the news was lost. Not news: "please" or "thanks" alone after it, nor anything
+# that speaks of keeping it private ("Forget that, it's private", "… I don't want that remembered"),
+# which stays a request to forget, hidden. Three patterns DuckDB runs too (RE2: no lookaround), so
+# session.FORGET_REQUESTS hides exactly what `only_asks_to_forget` says.
+_RETRACTED = (
+    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?(?:forget|unlearn|scratch|ignore|disregard) "
+    r"(?:that|this|it|what i (?:just )?(?:said|wrote))"
 )
+RETRACTION_PATTERN = _RETRACTED + r"(?:\s*[,;:–—.!-][\s,;:–—.!-]*|[ \t]*\n\s*)\w"
+POLITE_RETRACTION_PATTERN = (
+    _RETRACTED + r"[\s,;:–—.!-]*(?:(?:please|pls|thanks|thank you|ok|okay)\b)?[\s.!?…]*$"
+)
+KEEP_IT_PRIVATE_PATTERN = (
+    r"\b(?:private|secret|confidential|personal|remember\w*|know|knew|tell|told|anyone|shouldn['’]?t"
+    r"|should not|don['’]?t want|do not want|delete|erase)\b"
+)
+_RETRACTION = re.compile(RETRACTION_PATTERN, re.I | re.A)
+_POLITE_RETRACTION = re.compile(POLITE_RETRACTION_PATTERN, re.I | re.A)
+_KEEP_IT_PRIVATE = re.compile(KEEP_IT_PRIVATE_PATTERN, re.I | re.A)
+
+
+def retraction_with_news(text: str) -> bool:
+    """Whether a message takes back what was just said and goes on with news."""
+    return bool(
+        _RETRACTION.search(text) and not _POLITE_RETRACTION.search(text) and not _KEEP_IT_PRIVATE.search(text)
+    )
 
 
 def asks_to_forget(text: str) -> bool:
-    return bool(FORGET_REQUEST.match(text)) and not RETRACTION_WITH_NEWS.match(text)
+    return bool(FORGET_REQUEST.match(text)) and not retraction_with_news(text)
 
 
 # What is hidden from the conversation the model reads and from every published file (session.
@@ -182,26 +203,23 @@ def asks_to_forget(text: str) -> bool:
 # forget my last message? The launch moved to March 3"). It opens with "forget that / everything /
 # all / what" (or "unlearn" so), "stop remembering" or "don't remember", and is one sentence: no
 # sentence end (. ! ? … or a line break) followed by more text, where "Dr. " or "J. " (an
-# abbreviation or an initial before a space) and "3.5" or "e.g.," (no space after) end none.
-# "Please forget my address, it's 12 Rua X" stays visible: it has the shape of "forget my last
-# message, the launch moved", and recall and extraction leave it out all the same (asks_to_forget).
-# Run by DuckDB too (RE2): no lookahead, ASCII classes; each text parses one way (no backtracking
-# blow-up in Python).
+# abbreviation or an initial before a space) and "3.5" or "e.g.," (no space after) end none; and it
+# is no retraction with news (above). "Please forget my address, it's 12 Rua X" stays visible: it
+# has the shape of "forget my last message, the launch moved", and recall and extraction leave it
+# out all the same (asks_to_forget). Run by DuckDB too (RE2): no lookahead, ASCII classes; each
+# text parses one way (no backtracking blow-up in Python).
 _ABBREVIATION = r"\b(?:[a-z]|dr|mrs?|ms|mx|st|prof|jr|sr|vs|etc|no)\.[ \t]"
-_SAID_TO_END = rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*[.!?…]*\s*$"
-# Right after "forget that": the end, a comma or dash with at most "please" or "thanks" after it,
-# or words that do not open with a comma or dash (RETRACTION_WITH_NEWS goes on with news).
-_POLITE_END = r"\s*[,;:–—-][\s,;:–—-]*(?:(?:please|pls|thanks|thank you|ok|okay)\b)?[.!?…\s]*$"
 HIDDEN_FORGET_REQUEST_PATTERN = (
     rf"{_ASKED}(?:(?:forget|unlearn) (?:that|everything|all|what){_NOT_REMEMBERING}"
-    rf"(?:{_POLITE_END}|[.!?…]*\s*$|[ \t]*(?:[^\s,;:–—.!?…-]|{_ABBREVIATION}){_SAID_TO_END})"
+    rf"(?:[^.!?…\r\n]|{_ABBREVIATION}|[.!?…]+[^\s.!?…])*"
+    r"[.!?…]*\s*$"
 )
 HIDDEN_FORGET_REQUEST = re.compile(HIDDEN_FORGET_REQUEST_PATTERN, re.I | re.A)
 
 
 def only_asks_to_forget(text: str) -> bool:
     """A request to forget and nothing more: hidden once answered (session.FORGET_REQUESTS)."""
-    return bool(HIDDEN_FORGET_REQUEST.match(text))
+    return bool(HIDDEN_FORGET_REQUEST.match(text)) and not retraction_with_news(text)
 
 
 # A message the owner forwarded from someone else opens with this line (connectors/telegram.py): its

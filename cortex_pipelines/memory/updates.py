@@ -22,7 +22,7 @@ import numpy as np
 
 from cortex_pipelines.memory.patterns import attributes_of
 from cortex_pipelines.memory.snapshot import STOP_WORDS
-from cortex_pipelines.text import never_an_answer, split_sentences
+from cortex_pipelines.text import never_an_answer, retraction_with_news, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
 # nothing: the earlier statement must also be what recall finds for this one, and close in meaning.
@@ -51,8 +51,6 @@ CHANGE = re.compile(
 # not 5pm", "Actually mum's birthday is March 13th". It may correct any statement of the owner's.
 CORRECTION = re.compile(
     r"\b(correction|i meant|scratch that|my mistake|i was wrong|i misspoke)\b"
-    r"|^\W*(?:please\s+)?(?:forget|ignore|disregard) (?:that|this|what i (?:just )?(?:said|wrote))"
-    r"\s*[,;:–—.!-]\W*\w"
     r"|^\W*(?:oops\W+|sorry\W+)?actually\b|,\s*not\s+[\w:.]+\s*[.!]*$",
     re.IGNORECASE,
 )
@@ -65,9 +63,13 @@ SPAN_AFTER_PERFECT = re.compile(r"\bbeen\b.*\bthis (year|month|week|term|season)
 def says_change(sentence: str) -> bool:
     """Whether a sentence corrects what was said (CORRECTION) or has a change word (CHANGE) that
     marks a change there."""
-    return bool(CORRECTION.search(sentence)) or any(
-        not (m.group().lower().startswith("this ") and SPAN_AFTER_PERFECT.search(sentence, 0, m.end()))
-        for m in CHANGE.finditer(sentence)
+    return (
+        bool(CORRECTION.search(sentence))
+        or retraction_with_news(sentence)
+        or any(
+            not (m.group().lower().startswith("this ") and SPAN_AFTER_PERFECT.search(sentence, 0, m.end()))
+            for m in CHANGE.finditer(sentence)
+        )
     )
 
 

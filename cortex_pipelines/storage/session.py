@@ -10,7 +10,12 @@ from cortex_pipelines.storage import conversations
 from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
-from cortex_pipelines.text import HIDDEN_FORGET_REQUEST_PATTERN
+from cortex_pipelines.text import (
+    HIDDEN_FORGET_REQUEST_PATTERN,
+    KEEP_IT_PRIVATE_PATTERN,
+    POLITE_RETRACTION_PATTERN,
+    RETRACTION_PATTERN,
+)
 from cortex_pipelines.turn import Turn
 
 _TURN_COLUMNS = "id, role, channel, sender, content, ts"
@@ -118,16 +123,23 @@ FORGOTTEN_TURNS = (
     "FROM facts WHERE status = 'forgotten' "
     "UNION ALL SELECT unnest(list_prepend(session_id, quoted_in)) FROM forgotten_turns"
 )
+
+
 # Nor the exchange of a request to forget ("Please forget that my therapist is Dr. Ramos"): it
 # restates what it asks to drop, and the reply to it may too, so it is left out from the moment it
 # is said, or forgetting the fact left it in every published file and later prompt. Only a
 # request to forget and nothing more (text.HIDDEN_FORGET_REQUEST: "Forget the pasta place, we are
 # having dinner at Luigi's" is news, and stays); recall never offers the broader kind either
 # (text.never_an_answer).
-_FORGET_REQUEST_SQL = HIDDEN_FORGET_REQUEST_PATTERN.replace("'", "''")  # as a SQL string literal
+def _matches(pattern: str) -> str:
+    return "regexp_matches(content, '" + pattern.replace("'", "''") + "', 'i')"  # a SQL string literal
+
+
+# text.only_asks_to_forget, in SQL: a bare request that is no retraction with news.
 FORGET_REQUESTS = (
     "SELECT bus_id FROM session WHERE role = 'user' AND bus_id IS NOT NULL "
-    f"AND regexp_matches(content, '{_FORGET_REQUEST_SQL}', 'i')"
+    f"AND {_matches(HIDDEN_FORGET_REQUEST_PATTERN)} AND NOT ({_matches(RETRACTION_PATTERN)} "
+    f"AND NOT {_matches(POLITE_RETRACTION_PATTERN)} AND NOT {_matches(KEEP_IT_PRIVATE_PATTERN)})"
 )
 NOT_FORGOTTEN = (
     f"id NOT IN ({FORGOTTEN_TURNS}) AND (bus_id IS NULL OR bus_id NOT IN "
