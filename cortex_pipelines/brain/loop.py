@@ -287,6 +287,9 @@ class Brain:
             "timezone": self.settings.timezone,
             "schedule": msg.metadata if is_firing(msg.channel, msg.sender) else None,
         }
+        if self._told_already(msg, hints["failed_ops"]):
+            self._finish(msg, context, Output("", [], "NO_REPLY"), report)
+            return
         try:
             response = self._converse(msg, context, hints, report)
         except LLMRefused:
@@ -307,6 +310,16 @@ class Brain:
         output = parse(response.text, reply_channel(msg))
         if response.stop_reason == "max_tokens":
             output = marked_cut_short(output)
+        self._finish(msg, context, output, report)
+
+    @staticmethod
+    def _told_already(msg: BusMessage, failures_to_tell: list[dict]) -> bool:
+        """A notice of overdue work whose failure the owner has already been told (a reply answered
+        before the notice told it): no model is asked, or one would tell it again."""
+        notice = msg.metadata.get("overdue_op") if is_firing(msg.channel, msg.sender) else None
+        return notice is not None and notice not in {op["id"] for op in failures_to_tell}
+
+    def _finish(self, msg: BusMessage, context: Context, output: Output, report: DrainReport) -> None:
         routed = route(output, self.settings)
         self.db.run(self._commit, msg, context, output, routed)
         self._export()  # a connector sees the reply at once

@@ -408,6 +408,27 @@ def test_an_overdue_op_becomes_failed_and_is_shown_once(settings, db, monkeypatc
     assert [r["text"] for r in db.run(outbox.waiting)][1] == "The flight prices task failed."
 
 
+def test_overdue_work_told_in_a_reply_before_its_notice_is_not_told_again(settings, db, monkeypatch):
+    """The owner wrote before supervision ran: the drain's start failed the work and queued its
+    notice behind the owner's message, whose reply told the failure. The notice then asked the model
+    to "tell the user … unless already told", and a model told it again (review, helper-58)."""
+    _at(monkeypatch, "2026-03-23T07:00:00+00:00")
+    drop(settings, "webchat", "a.json", msg("webchat", "first", "w1"))
+    ingest_inbox(settings, db)
+    op_id = db.run(ops_store.spawn, 1, "compare flight prices", "webchat", settings.op_deadline_hours)
+    Brain(db, settings, ScriptedClient("ok")).drain()
+    _at(monkeypatch, "2026-03-24T08:00:00+00:00")
+    drop(settings, "webchat", "b.json", msg("webchat", "any news?", "w2"))
+    ingest_inbox(settings, db)
+    llm = ScriptedClient(default="The flight prices task failed, sorry.")
+    Brain(db, settings, llm).drain()
+    assert [r.hints["text"] for r in llm.requests] == ["any news?"]  # the notice asked no model
+    assert f"[FAILED] {op_id}" in llm.requests[0].system
+    told = [r["text"] for r in db.run(outbox.waiting) if "failed" in r["text"]]
+    assert told == ["The flight prices task failed, sorry."]
+    assert db.run(bus.counts)["completed"] == 3
+
+
 def test_supervision_sensor_has_overdue_work_told_at_once(settings, db, monkeypatch):
     """The owner hears of delegated work past its deadline when supervision finds it, not when they
     next write: the sensor queues the notice and asks for a processing run."""
