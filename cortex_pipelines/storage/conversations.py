@@ -50,8 +50,10 @@ def addressed(con, bus_id: int, channel: str, owners: list[str]) -> tuple[int | 
     reminder asked for in one chat or thread had gone to whichever the owner wrote in last, another
     group's included); else (a `[[send_to:channel]]`) the newest message an owner sent on
     `channel`, so the reply joins the owner's latest conversation there, thread included: in their
-    private chat when they have one there, else in a chat no one else wrote in (a reply meant for
-    the owner had reached their family group because they last wrote there; QA, helper-54).
+    private chat when they have one there (the connector's chat_type, else a chat named by their own
+    id), else the newest (a reply meant for the owner had reached their family group because they
+    last wrote there; QA, helper-54). A group whose other members are not allowlisted looks like the
+    owner's alone, so nothing but a private chat is preferred.
     Returns (that bus id or None when no owner ever wrote there, the reply's conversation)."""
     row = con.execute(
         f"SELECT id, {OF_BUS} FROM bus WHERE id = ? AND channel = ?", [bus_id, channel]
@@ -70,18 +72,14 @@ def addressed(con, bus_id: int, channel: str, owners: list[str]) -> tuple[int | 
             f"""
             SELECT id, {OF_BUS} FROM bus AS mine
             WHERE channel = ? AND list_contains(?::VARCHAR[], sender)
-            ORDER BY coalesce(metadata->>'chat_id', sender) = sender AND thread IS NULL DESC,
-                NOT EXISTS (
-                    SELECT 1 FROM bus AS other
-                    WHERE other.channel = mine.channel
-                    AND coalesce(other.metadata->>'chat_id', other.sender)
-                        = coalesce(mine.metadata->>'chat_id', mine.sender)
-                    AND NOT list_contains(?::VARCHAR[], other.sender)
+            ORDER BY coalesce(
+                    metadata->>'chat_type' = 'private',
+                    coalesce(metadata->>'chat_id', sender) = sender AND thread IS NULL
                 ) DESC,
                 id DESC
             LIMIT 1
             """,
-            [channel, owners, owners],
+            [channel, owners],
         ).fetchone()
     return (row[0], row[1]) if row else (None, channel)
 

@@ -375,37 +375,45 @@ def test_a_stranger_is_answered_by_a_model_that_sees_nothing_of_the_owners_memor
     assert "is not the owner's" in stranger and "is not the owner's" not in owner
 
 
-def test_send_to_prefers_the_owners_private_chat_then_a_chat_only_they_write_in(settings, db):
+def test_send_to_prefers_the_owners_private_chat(settings, db):
     """[[send_to:telegram]] joined the chat the owner last wrote in, whatever it was: "your PIN is
     …" reached their family group (QA, helper-54). It goes to their private chat when they have
-    one, else to a chat no one else writes in, else to the newest."""
+    one (Telegram's chat_type says so), else to the newest."""
     settings = _quiet(settings)
-    family, cousin = -4001, {"sender": "999"}
+    family = -4001
 
-    def said_in(chat: int, text: str, ext: str, **extra) -> dict:
-        return {**_in_chat(chat, text, ext), "sender": "user", **extra}
+    def said_in(chat: int, text: str, ext: str, kind: str, **extra) -> dict:
+        m = _in_chat(chat, text, ext)
+        return {**m, "sender": "user", "metadata": {**m["metadata"], "chat_type": kind}, **extra}
+
+    def sent(text: str) -> dict:
+        (reply,) = [r for r in db.run(outbox.waiting) if r["text"] == text]
+        return reply["recipient"]
 
     llm = ScriptedClient(default="ok")
     _ask(
         settings,
         db,
         llm,
-        said_in(FORUM, "Trip planning goes here.", "m1", thread="7"),
-        said_in(family, "Dinner at 8?", "m2"),
-        {**_in_chat(family, "I'll bring dessert", "m3"), **cousin},
-        said_in(family, "Great, see you all", "m4"),
+        said_in(FORUM, "Trip planning goes here.", "m1", "supergroup", thread="7"),
+        said_in(family, "Dinner at 8?", "m2", "group"),
     )
     llm.default = lambda _request: "[[send_to:telegram]] Your locker code is in the notes app."
     _ask(settings, db, llm, msg("webchat", "Tell me on Telegram where the code is.", "w1"))
-    (sent,) = [r for r in db.run(outbox.waiting) if r["text"] == "Your locker code is in the notes app."]
-    assert sent["recipient"] == {"chat_id": str(FORUM), "thread": "7", "message_id": None}
+    no_private_chat = sent("Your locker code is in the notes app.")
+    assert no_private_chat == {"chat_id": str(family), "thread": None, "message_id": None}
 
     llm.default = lambda _request: "ok"
-    _ask(settings, db, llm, said_in(111, "hi, private here", "m5"), said_in(family, "running late", "m6"))
+    _ask(
+        settings,
+        db,
+        llm,
+        said_in(111, "hi, private here", "m5", "private"),
+        said_in(family, "running late", "m6", "group"),
+    )
     llm.default = lambda _request: "[[send_to:telegram]] The plumber comes at ten."
     _ask(settings, db, llm, msg("webchat", "Remind me on Telegram about the plumber.", "w2"))
-    (sent,) = [r for r in db.run(outbox.waiting) if r["text"] == "The plumber comes at ten."]
-    assert sent["recipient"] == {"chat_id": "111", "thread": None, "message_id": None}
+    assert sent("The plumber comes at ten.") == {"chat_id": "111", "thread": None, "message_id": None}
 
 
 def test_a_reply_cut_at_its_length_limit_says_so(settings):
