@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -67,6 +68,8 @@ LONG_POLL_S = 25
 IDLE_POLL_S = 1.0
 BATCH = 5  # replies leased at once: a drain finishes one and leaves the rest to their lease
 MAX_PAUSE_S = 30.0
+# A reply that fails for this long while getUpdates keeps answering is at fault itself, not an outage.
+FAILING_ALONE_AFTER_S = 120.0
 
 
 class Fatal(Exception):
@@ -184,6 +187,10 @@ class TelegramConnector:
         self.paths = settings.paths
         self.sent_parts_file = settings.paths.connectors / "telegram-sent.sqlite"
         self.send_timeout = settings.telegram_send_timeout
+        # When Telegram last answered getUpdates, and since when each reply has failed to send: a
+        # reply that keeps failing while Telegram answers is that reply's fault, not an outage.
+        self.reachable_at = 0.0
+        self.failing_since: dict[int, float] = {}
         self.say = say
         self.stopping = asyncio.Event()
 
@@ -262,6 +269,7 @@ class TelegramConnector:
                 pause = min(pause * 2, MAX_PAUSE_S)
                 continue
             pause = 1.0
+            self.reachable_at = time.monotonic()
             for update in updates:
                 if not await self._ingest(update, gateway):
                     return
@@ -359,14 +367,26 @@ class TelegramConnector:
                 if not _answer_was_late(exc):
                     self._say(f"telegram: reply {reply['id']} not sent ({exc})")
                     # Unreachable (network, 5xx): given back uncounted. Else its lease brings it back.
-                    return not isinstance(exc, NetworkError)
+                    return not isinstance(exc, NetworkError) or self._fails_alone(reply["id"])
                 self._say(
                     f"telegram: warning: reply {reply['id']} part {n + 1}: Telegram took the request but did "
                     f"not answer within {self.send_timeout:g} s; counted as sent, not sent again"
                 )
             sent_parts.note_part_sent(self.sent, key, n)
         await gateway.ack([reply["id"]])
+        self.failing_since.pop(reply["id"], None)
         return True
+
+    def _fails_alone(self, reply_id: int) -> bool:
+        """Whether a reply that Telegram could not take (a network error, a 5xx) keeps failing while
+        Telegram answers getUpdates: then it is left to its lease, which counts, or it would come
+        back first after every pause and hold up every reply behind it for ever (review,
+        helper-58)."""
+        since = self.failing_since.setdefault(reply_id, time.monotonic())
+        alone = self.reachable_at > since + FAILING_ALONE_AFTER_S
+        if alone:
+            self._say(f"telegram: reply {reply_id} keeps failing while Telegram answers; its lease counts")
+        return alone
 
     async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:
         while True:

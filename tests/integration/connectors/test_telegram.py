@@ -266,3 +266,20 @@ def test_a_connector_refused_for_good_is_said_by_health_and_cortex_status(tmp_pa
     assert report["connectors"]["telegram"] == health["connectors"]["telegram"]
     assert TOKEN not in status.stdout + status.stderr
     assert json.loads(cli("status", "--json", env=env).stdout)["connectors"] == {}  # its gateway is gone
+
+
+def test_a_reply_that_keeps_failing_while_telegram_answers_is_left_to_its_lease(tmp_path):
+    """A reply Telegram answers with a 5xx every time (while getUpdates answers) was given back
+    uncounted after every pause, first in line for ever, holding up every reply behind it (review,
+    helper-58). After FAILING_ALONE_AFTER_S of that, its lease counts and it dead-letters in time."""
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.connectors.telegram import FAILING_ALONE_AFTER_S, TelegramConnector
+
+    settings = load_settings(tmp_path / "home", telegram_token=TOKEN, ingest_api_key="k" * 16)
+    said = []
+    connector = TelegramConnector(settings, "http://127.0.0.1:9", say=said.append)
+    assert not connector._fails_alone(7)  # an outage, until Telegram is seen answering
+    connector.reachable_at = connector.failing_since[7] + FAILING_ALONE_AFTER_S / 2
+    assert not connector._fails_alone(7)
+    connector.reachable_at = connector.failing_since[7] + FAILING_ALONE_AFTER_S + 1
+    assert connector._fails_alone(7) and "reply 7 keeps failing" in said[-1]
