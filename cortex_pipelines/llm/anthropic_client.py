@@ -47,11 +47,11 @@ class AnthropicClient:
                 kwargs["tool_choice"] = {"type": "none"}
         try:
             message = self._client.messages.create(**kwargs)
-        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-            said = self._redacted(f"HTTP {exc.status_code}{_said(exc)}")
-            fix = "check CORTEX_API_KEY (or ANTHROPIC_API_KEY)"
-            raise LLMRefused(f"the model provider refused the API key ({said}): {fix}") from None
         except anthropic.APIStatusError as exc:
+            if _refused(exc):
+                said = self._redacted(f"HTTP {exc.status_code}{_said(exc)}")
+                fix = "check CORTEX_API_KEY (or ANTHROPIC_API_KEY)"
+                raise LLMRefused(f"the model provider refused the API key ({said}): {fix}") from None
             raise LLMError(self._redacted(f"anthropic HTTP {exc.status_code}{_said(exc)}")) from None
         except anthropic.APITimeoutError:
             raise LLMError("anthropic: request timed out") from None
@@ -98,6 +98,21 @@ class AnthropicClient:
         401). Raised `from None`: the SDK's exception, which Dagster stores as the cause, has it
         verbatim."""
         return " ".join(redact_key(text, self._key).split())[:300]
+
+
+def _refused(exc: anthropic.APIStatusError) -> bool:
+    """The credentials refused: a 401, or a 403 that says so (permission_error). Another 403, from a
+    proxy's content filter say, is about the message, which must not wait at the head of the queue
+    uncounted for ever (review, helper-58)."""
+    if isinstance(exc, anthropic.AuthenticationError):
+        return True
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    return (
+        isinstance(exc, anthropic.PermissionDeniedError)
+        and isinstance(error, dict)
+        and (error.get("type") == "permission_error")
+    )
 
 
 def _said(exc: anthropic.APIStatusError) -> str:

@@ -10,7 +10,7 @@ from cortex_pipelines.storage import bus, outbox, usage
 from cortex_pipelines.storage.session import add_pin
 from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
-from tests.support.messages_server import MessagesServer, error, text, tool_use
+from tests.support.messages_server import MessagesServer, error, raw, text, tool_use
 
 
 def _anthropic(settings, server, **extra):
@@ -220,3 +220,16 @@ def test_a_refused_api_key_is_one_line_and_uses_up_no_message(tmp_path):
         assert "cortex doctor" not in run.stderr
     assert fixed.stdout.count("Hello!") == 2, fixed.stdout
     assert not [f for f in home.rglob("*") if f.is_file() and key.encode() in f.read_bytes()]
+
+
+def test_a_403_that_is_no_refused_key_fails_its_message_as_any_error(tmp_path):
+    """A proxy's content filter answering one message with 403 is about that message: read as a
+    refused key, it waited at the head of the queue uncounted for ever (review, helper-58)."""
+    home = tmp_path / "home"
+    cortex("send", "webchat", "a message the proxy blocks", home=home)
+    blocked = raw(403, "<html>blocked by policy</html>", content_type="text/html")
+    with MessagesServer(responder=lambda _body: blocked) as server:
+        env = {**server.cortex_env(), "CORTEX_LLM_RETRIES": "0", "CORTEX_MAX_ATTEMPTS": "1"}
+        run = cortex("run", home=home, env=env, check=False)
+    assert "refused the API key" not in run.stderr
+    assert "message #1 failed after 1 attempt(s): anthropic HTTP 403" in run.stderr, run.stderr
