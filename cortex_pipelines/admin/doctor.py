@@ -482,6 +482,11 @@ def restore_refused(paths: Paths) -> str | None:
             f"the file system holding {paths.home} is read-only: nothing is damaged, so there is nothing "
             "to restore; remount it read-write (nothing was restored)"
         )
+    try:  # at once: reading the database first waited a minute for the process holding it
+        with backup.exclusive(paths.db):
+            pass
+    except backup.BackupError as exc:
+        return str(exc)
     return None
 
 

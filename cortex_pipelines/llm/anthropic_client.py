@@ -55,8 +55,8 @@ class AnthropicClient:
             raise LLMError(self._redacted(f"anthropic HTTP {exc.status_code}{_said(exc)}")) from None
         except anthropic.APITimeoutError:
             raise LLMError("anthropic: request timed out") from None
-        except anthropic.APIConnectionError as exc:
-            raise LLMError(self._redacted(f"anthropic: connection failed: {exc}")) from None
+        except anthropic.APIConnectionError as exc:  # the SDK says "Connection error."; its cause says which
+            raise LLMError(self._redacted(f"anthropic: connection failed: {exc.__cause__ or exc}")) from None
         except (anthropic.APIError, json.JSONDecodeError, ValueError) as exc:
             raise LLMError(self._redacted(f"anthropic: malformed response: {exc}")) from None
         content = [block.model_dump(exclude_none=True) for block in message.content]
