@@ -34,6 +34,7 @@ def _home_with_a_message_after_its_backup(tmp_path: Path) -> Path:
     return home
 
 
+@pytest.mark.soak  # slow edge case, kept out of CI's 30 minutes: pytest -m soak
 def test_a_restore_whose_rebuild_fails_leaves_no_vector_of_what_it_rolled_back(tmp_path):
     """The rebuild after a restore loads the model first (seconds): killed or failing then, the old
     vectors stayed and recall, replies and prompts quoted the rolled-back messages."""
@@ -91,6 +92,7 @@ def test_a_restore_is_refused_while_cortex_dev_runs_idle_and_goes_through_once_i
     assert json.loads(cortex("status", "--json", home=home).stdout)["bus"]["completed"] == 1
 
 
+@pytest.mark.soak  # slow edge case, kept out of CI's 30 minutes: pytest -m soak
 def test_a_second_restore_counts_and_sets_aside_what_took_the_ids_of_its_backup(tmp_path):
     """After one restore new messages and replies take ids again; a second restore compared ids
     alone, so it rolled "I work as a nurse" back without a word and left its reply's outbox file in

@@ -52,6 +52,7 @@ def _made_by(home) -> dict[str, tuple[str, int] | None]:
     return {name: store.embedded_by(name) for name in (EPISODIC, SEMANTIC)}
 
 
+@pytest.mark.soak  # slow edge case, kept out of CI's 30 minutes: pytest -m soak
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_new_embedding_model_re_embeds_the_home_and_recall_keeps_answering(tmp_path, narrower_model):

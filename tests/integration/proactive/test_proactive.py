@@ -476,7 +476,6 @@ def test_a_delegated_task_past_its_deadline_is_told_to_the_owner_at_once_and_onl
         "Your delegated task failed (could you look up the opening hours of the Oceanarium?): no result "
         "before its deadline."
     )
-    cortex("--now", "2026-03-24T10:00:30Z", "run", home=home)  # supervision again: nothing new
     said("telegram", "eve", "hello there", "2026-03-24T10:01:00Z")
     # The owner in a family group: the news is not told there (it had reached the group's thread).
     group = {"channel": "telegram", "sender": "ana", "text": "see you all at 8", "thread": "family-group"}

@@ -279,7 +279,6 @@ def test_bootstrap_keeps_the_narratives_sections_inside_its_own(tmp_path):
     ("answer", "why"),
     [
         (text("I'm sorry, but I can't help with rewriting this content."), "names none of the memories"),
-        (text(""), "was empty"),
         (text("# Memory Bulletin\n\n- Maya is a desig", stop_reason="max_tokens"), "was cut at max_tokens"),
     ],
 )
