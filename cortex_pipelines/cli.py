@@ -1187,7 +1187,8 @@ def _gateway_settings() -> Settings:
 
 @app.command()
 def serve(port: PortOption = None) -> None:
-    """The HTTP gateway on 127.0.0.1 and every configured connector, in the foreground; SIGTERM drains."""
+    """The HTTP gateway on 127.0.0.1 and every configured connector, in the foreground; SIGTERM drains.
+    It takes messages in and sends replies out: `cortex run` (or `cortex dev`) answers them."""
     from cortex_pipelines.connectors.telegram import setup_problem
     from cortex_pipelines.gateway.serve import PortUnavailable
     from cortex_pipelines.gateway.serve import serve as run_gateway
