@@ -153,8 +153,9 @@ def test_materialize_all_in_the_ui_puts_the_run_in_the_brain_lane(settings):
 
 
 def test_sensors_evaluated_in_one_tick_request_one_run_for_the_same_messages(settings):
-    """The daemon evaluates sensors in parallel threads (dagster.yaml: use_threads): a message
-    waiting as the scheduler sensor fires had it and the inbox sensor each start a run."""
+    """Two sensors evaluated at the same moment (the daemon's sensor threads, as dagster.yaml had
+    them, or "Test sensor" in the UI beside the daemon): a message waiting as the scheduler sensor
+    fired had it and the inbox sensor each start a run."""
     drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
     ingest_inbox(settings, Database(settings.paths.db))
     with DagsterInstance.ephemeral() as instance, ThreadPoolExecutor(2) as pool:
