@@ -4,6 +4,7 @@ $CORTEX_HOME/config.toml, validated up front so a typo fails with one line namin
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -534,6 +535,13 @@ class Settings(BaseSettings):
     def resolved_base_url(self) -> str | None:
         """CORTEX_BASE_URL, else ANTHROPIC_BASE_URL (which the SDK reads by itself)."""
         return self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+
+    def model_access(self) -> str:
+        """A short digest of how replies reach the model (provider, key, base URL, model). Part of a
+        processing run's key: messages a refused key left waiting keep their key (put back
+        uncounted), so a run is asked for them again when the key is fixed, and not before."""
+        said = [self.llm_provider, self.resolved_api_key() or "", self.resolved_base_url() or "", self.model]
+        return hashlib.sha256("\n".join(said).encode()).hexdigest()[:8]
 
     @property
     def paths(self) -> Paths:

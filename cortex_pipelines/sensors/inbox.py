@@ -30,4 +30,4 @@ def inbox_sensor(context: SensorEvaluationContext, settings: SettingsResource, d
     cursor = json.loads(context.cursor) if context.cursor else {"ingested": 0, "rejected": 0}
     cursor["ingested"] += report.accepted
     cursor["rejected"] += len(report.rejected)
-    return request_processing(context, db, cursor, events)
+    return request_processing(context, settings.get(), db, cursor, events)

@@ -19,6 +19,7 @@ from dagster._check import CheckError
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from cortex_pipelines.assets.brain import BRAIN_POOL
+from cortex_pipelines.config import Settings
 from cortex_pipelines.lanes import ACTIVE, BRAIN_LANE, reap_dead_runs
 from cortex_pipelines.run_starter import claim_run_request, starting_now
 from cortex_pipelines.storage import Database, bus
@@ -44,14 +45,19 @@ def _requested_before(context: SensorEvaluationContext, run_key: str) -> Dagster
 
 
 def request_processing(
-    context: SensorEvaluationContext, db: Database, cursor: dict, events: list | None = None
+    context: SensorEvaluationContext,
+    settings: Settings,
+    db: Database,
+    cursor: dict,
+    events: list | None = None,
 ) -> SensorResult:
     events = events or []
 
     def skip(reason: str) -> SensorResult:
         return SensorResult(skip_reason=SkipReason(reason), asset_events=events, cursor=json.dumps(cursor))
 
-    due, key = db.run(bus.due_pending)
+    due, waiting = db.run(bus.due_pending)
+    key = f"{waiting}-model-{settings.model_access()}"
     if due == 0:
         return skip("no messages waiting")
     active = context.instance.get_runs(filters=RunsFilter(tags=BRAIN_LANE, statuses=ACTIVE), limit=1)
@@ -67,7 +73,7 @@ def request_processing(
     if earlier := _requested_before(context, key):
         return skip(
             f"{due} waiting; run {earlier.run_id[:8]} was already requested for the same messages "
-            f"({earlier.status.value.lower()}); a new message or attempt requests the next"
+            f"({earlier.status.value.lower()}); a new message, attempt or API key requests the next"
         )
     if (sensor := _sensor_name(context)) and (other := claim_run_request(db.path, key, sensor)):
         return skip(f"{due} waiting; {other} has just requested a run for the same messages")

@@ -40,4 +40,4 @@ def scheduler(context: SensorEvaluationContext, settings: SettingsResource, data
                 "bus_messages", metadata={"scheduled_firings": len(fired), "late": sum(f.late for f in fired)}
             )
         )
-    return request_processing(context, db, cursor, events)
+    return request_processing(context, config, db, cursor, events)

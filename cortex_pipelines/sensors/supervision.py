@@ -49,7 +49,7 @@ def supervision(context: SensorEvaluationContext, settings: SettingsResource, da
         context.log.warning(f"{f.kind} {f.subject}: {f.action} ({f.detail})")
     # Messages to answer now: requeued ones, and the notices telling the owner of overdue work.
     if any((f.kind, f.action) in (("stuck_message", "requeued"), ("overdue_op", "failed")) for f in findings):
-        return request_processing(context, db, {})
+        return request_processing(context, config, db, {})
     if not findings:
         return SkipReason("all clear")
     listed = "; ".join(f"{f.kind} {f.subject} {f.action}" for f in findings[:5])

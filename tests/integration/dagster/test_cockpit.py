@@ -14,6 +14,7 @@ from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.definitions import defs
 from cortex_pipelines.ingest.inbox import ingest_inbox, ingest_path
+from cortex_pipelines.instance import init_home
 from cortex_pipelines.lanes import BRAIN_LANE, BrainLaneRunCoordinator
 from cortex_pipelines.llm.base import LLMError, ToolCall
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, vector_store
@@ -193,5 +194,37 @@ def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings
     assert not again.run_requests
     assert again.skip_reason.skip_message == (
         f"1 waiting; run {run.run_id[:8]} was already requested for the same messages (canceled); "
-        "a new message or attempt requests the next"
+        "a new message, attempt or API key requests the next"
     )
+
+
+def test_messages_a_refused_key_left_waiting_get_a_run_once_the_key_is_changed(tmp_path, monkeypatch):
+    """A 401 puts the message back uncounted, so what waits is unchanged and its run key with it:
+    after the owner fixed the key and restarted `cortex dev`, the sensor skipped the messages as
+    "already requested" until a new one arrived. A changed key asks again; the same key does not."""
+    monkeypatch.setenv("CORTEX_LLM_PROVIDER", "anthropic")
+    monkeypatch.setenv("CORTEX_API_KEY", "sk-wrong")
+    settings = load_settings(tmp_path / "home")
+    init_home(settings)
+    drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
+    with DagsterInstance.ephemeral() as instance:
+        first = evaluate(inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor")
+        (request,) = first.run_requests
+        instance.add_run(  # the run the refused key failed, its message put back as it was
+            DagsterRun(
+                job_name="process_messages",
+                status=DagsterRunStatus.FAILURE,
+                tags={RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
+            )
+        )
+        unchanged = evaluate(
+            inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
+        )
+        monkeypatch.setenv("CORTEX_API_KEY", "sk-right")
+        fixed = evaluate(
+            inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
+        )
+    assert not unchanged.run_requests and "already requested" in unchanged.skip_reason.skip_message
+    (again,) = fixed.run_requests
+    assert again.run_key != request.run_key
+    assert "sk-right" not in again.run_key and "sk-wrong" not in request.run_key
