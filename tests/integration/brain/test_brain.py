@@ -204,7 +204,7 @@ def test_context_has_the_four_layers(settings, db):
     Brain(db, settings, llm).drain()
     last = llm.requests[-1]
     assert "Be brief and kind." in last.system
-    assert "[telegram] user said: I am in Lisbon today" in last.system  # background, one line
+    assert '[telegram] user said: "I am in Lisbon today' in last.system  # background, one line
     assert "[whatsapp]" not in last.system  # idle beyond the cutoff: archived, zero cost
     user_text = " ".join(m["content"] for m in last.messages if isinstance(m["content"], str))
     assert "first webchat line" in user_text and "second webchat line" in user_text

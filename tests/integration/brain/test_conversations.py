@@ -63,8 +63,8 @@ def test_two_telegram_chats_keep_their_own_history(settings, db):
     assert "Oslo" in _foreground(in_111) and "plumber" not in _foreground(in_111)
     assert "plumber" in _foreground(in_222) and "Oslo" not in _foreground(in_222)
     # The other chat is one background line, labelled by its conversation.
-    assert "[telegram:222] user said: The plumber comes on Tuesday." in in_111.system
-    assert "[telegram:111] user said: Which gate was it again?" in in_222.system
+    assert '[telegram:222] user said: "The plumber comes on Tuesday."' in in_111.system
+    assert '[telegram:111] user said: "Which gate was it again?"' in in_222.system
     # Each reply goes back to its own chat.
     recipients = [r["recipient"]["chat_id"] for r in db.run(outbox.waiting)]
     assert recipients == ["111", "222", "111", "222"]
@@ -83,7 +83,7 @@ def test_two_forum_topics_of_one_chat_keep_their_own_history(settings, db):
     )
     trip = _foreground(llm.requests[2])
     assert "Porto" in trip and "rent" not in trip
-    assert f"[telegram:{FORUM}:8] user said: Budget: rent is due on the first." in llm.requests[2].system
+    assert f'[telegram:{FORUM}:8] user said: "Budget: rent is due on the first."' in llm.requests[2].system
     threads = [(r["recipient"]["chat_id"], r["recipient"]["thread"]) for r in db.run(outbox.waiting)]
     assert threads == [(str(FORUM), "7"), (str(FORUM), "8"), (str(FORUM), "7")]
 
@@ -141,8 +141,8 @@ def test_the_background_shows_at_most_its_cap_then_how_many_more(settings, db):
     _ask(settings, db, llm, *chats, msg("webchat", "What is going on elsewhere?", "w1"))
     system = llm.requests[-1].system
     background = system[system.index("## Other conversations") :].splitlines()[1:4]
-    assert background[0].startswith("[telegram:503] user said: Note number 3")  # newest first
-    assert background[1].startswith("[telegram:502] user said: Note number 2")
+    assert background[0].startswith('[telegram:503] user said: "Note number 3')  # newest first
+    assert background[1].startswith('[telegram:502] user said: "Note number 2')
     assert background[2] == "+2 more"
     assert "[telegram:501]" not in system and "[telegram:500]" not in system
 
