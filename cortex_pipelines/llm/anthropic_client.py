@@ -11,6 +11,15 @@ from cortex_pipelines.llm.base import LLMError, LLMRefused, LLMRequest, LLMRespo
 from cortex_pipelines.publish.safe import redact_key
 
 
+def _echoable(block) -> dict:
+    """A content block as the next request sends it back. A tool_use input that is no object (a
+    string from some models or proxies) becomes no arguments: the API takes only an object there,
+    and dumping it as it came printed pydantic's serializer warning."""
+    if block.type == "tool_use" and not isinstance(block.input, dict):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+    return block.model_dump(exclude_none=True)
+
+
 class AnthropicClient:
     provider = "anthropic"
     reads_conversation = True
@@ -59,13 +68,9 @@ class AnthropicClient:
             raise LLMError(self._redacted(f"anthropic: connection failed: {exc.__cause__ or exc}")) from None
         except (anthropic.APIError, json.JSONDecodeError, ValueError) as exc:
             raise LLMError(self._redacted(f"anthropic: malformed response: {exc}")) from None
-        content = [block.model_dump(exclude_none=True) for block in message.content]
+        content = [_echoable(block) for block in message.content]
         texts = [b.text for b in message.content if b.type == "text"]
-        calls = [
-            ToolCall(b.id, b.name, b.input if isinstance(b.input, dict) else {})
-            for b in message.content
-            if b.type == "tool_use"
-        ]
+        calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
         usage = message.usage
         return LLMResponse(
             text="\n".join(texts).strip(),

@@ -10,7 +10,7 @@ from cortex_pipelines.storage import bus, outbox, usage
 from cortex_pipelines.storage.session import add_pin
 from tests.support.cli import cortex
 from tests.support.inbox import drop, msg
-from tests.support.messages_server import MessagesServer, error, raw, text, tool_use
+from tests.support.messages_server import MessageReply, MessagesServer, error, raw, text, tool_use
 
 
 def _anthropic(settings, server, **extra):
@@ -233,3 +233,19 @@ def test_a_403_that_is_no_refused_key_fails_its_message_as_any_error(tmp_path):
         run = cortex("run", home=home, env=env, check=False)
     assert "refused the API key" not in run.stderr
     assert "message #1 failed after 1 attempt(s): anthropic HTTP 403" in run.stderr, run.stderr
+
+
+def test_a_tool_call_whose_input_is_no_object_is_answered_without_a_warning(settings, messages_server):
+    """A model (or proxy) that sent a tool_use input as a string printed pydantic's serializer
+    warning in `cortex run`, and the block went back to the API as it came, a string where the API
+    takes an object (QA, helper-55). Its call runs with no arguments and is echoed so."""
+    answers = iter(
+        [MessageReply([{"type": "tool_use", "id": "toolu_1", "name": "memory_query", "input": "seats"}])]
+    )
+    messages_server.responder = lambda _body: next(answers, text("You like window seats."))
+    cortex("send", "webchat", "Which seat do I like?", home=settings.home)
+    run = cortex("run", home=settings.home, env=messages_server.cortex_env())
+    assert "You like window seats." in run.stdout
+    assert "Warning" not in run.stderr, run.stderr
+    echoed = messages_server.requests[1]["messages"][-2]["content"][-1]
+    assert echoed == {"type": "tool_use", "id": "toolu_1", "name": "memory_query", "input": {}}
