@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 
 from cortex_pipelines.storage import conversations
-from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
+from cortex_pipelines.storage.bus import IMPORTED_HISTORY, BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import (
@@ -169,12 +169,16 @@ def conversation_history(
     being answered (`answering`) is read all the same: a request to forget is answered from its own
     words. Not by `ts`: a message's is when it arrived, a reply's when it was answered, so a message
     that waited while an earlier one was answered came before that reply, and the request ended
-    with the assistant's turn instead of the message it answers."""
+    with the assistant's turn instead of the message it answers. Imported history comes before the
+    live turns, by when it was said: imported after live use, it had been recorded last, and read
+    as the newest exchange it pushed the live turns out of the foreground."""
     rows = con.execute(
         f"""
-        SELECT {_TURN_COLUMNS} FROM session
-        WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND ({NOT_FORGOTTEN} OR id = ?)
-        ORDER BY id DESC LIMIT ?
+        SELECT {_TURN_COLUMNS} FROM (
+            SELECT *, bus_id IN (SELECT id FROM bus WHERE {IMPORTED_HISTORY}) AS imported FROM session
+            WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND ({NOT_FORGOTTEN} OR id = ?)
+        )
+        ORDER BY imported, CASE WHEN imported THEN ts END DESC, id DESC LIMIT ?
         """,
         [conversation, before_id, before_id, answering, limit],
     ).fetchall()

@@ -16,6 +16,7 @@ from cortex_pipelines.llm.base import ToolCall
 from cortex_pipelines.storage import Database, conversations, outbox
 from cortex_pipelines.storage.migrations import MIGRATIONS
 from tests.support.cli import cortex
+from tests.support.history import ingest_history
 from tests.support.inbox import drop, msg
 from tests.support.messages_server import MessagesServer
 from tests.support.messages_server import text as reply_text
@@ -445,3 +446,25 @@ def test_a_message_that_waited_is_the_last_turn_the_model_reads(tmp_path):
     assert "My flight is on Friday" in second[0]["content"]
     assert second[1]["content"] == "Have a good flight."
     assert "What should I pack?" in second[2]["content"]
+
+
+def test_history_imported_after_live_use_reads_as_older_than_the_live_turns(settings, db, tmp_path):
+    """The foreground is read in recorded order, and a history imported after live use is recorded
+    last: the next message's request showed last year's export as the newest exchange, right before
+    the message, and with enough of it the live turns left the foreground altogether."""
+    settings = _quiet(settings)
+    llm = ScriptedClient(default="ok")
+    _ask(settings, db, llm, msg("webchat", "I moved to Porto last week.", "live-1"))
+    ingest_history(
+        settings,
+        db,
+        tmp_path,
+        *[("webchat", f"Old note {n}: I live in Lisbon.") for n in range(settings.foreground_max_messages)],
+        start="2025-03-01T09:00:00Z",
+    )
+    _ask(settings, db, llm, msg("webchat", "Where do I live now?", "live-2"))
+    request = llm.requests[-1]
+    shown = _foreground(request)
+    assert "Porto" in shown, shown[-300:]
+    assert shown.index("Old note") < shown.index("Porto") < shown.index("Where do I live now?")
+    assert [m["role"] for m in request.messages][-2:] == ["assistant", "user"]
