@@ -20,7 +20,8 @@ A part whose request reached Telegram but whose answer did not come within
 CORTEX_TELEGRAM_SEND_TIMEOUT was most likely delivered: it is noted as sent with a warning, since
 sending it again would most likely double it.
 
-SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, then it exits.
+SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, the other replies
+leased with it are given back uncounted (POST /outbox/release), then it exits.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ CHANNEL = "telegram"
 MAX_CHARS = 4096  # sendMessage's limit, in UTF-16 code units
 LONG_POLL_S = 25
 IDLE_POLL_S = 1.0
-BATCH = 5  # replies leased at once: a drain finishes one and leaves the rest to their lease
+BATCH = 5  # replies leased at once: a drain finishes one and gives the rest back
 MAX_PAUSE_S = 30.0
 # A reply that fails for this long while getUpdates keeps answering is at fault itself, not an outage.
 FAILING_ALONE_AFTER_S = 120.0
@@ -329,14 +330,27 @@ class TelegramConnector:
 
     async def _deliver_all(self, bot: Bot, gateway: GatewayClient, replies: list[dict]) -> int:
         """Send leased replies in order. When Telegram cannot be reached, this reply and the rest are
-        given back uncounted, so an outage of any length uses up no attempts; returns how many."""
+        given back uncounted, so an outage of any length uses up no attempts; returns how many. A
+        stop gives back those not sent yet, so a restart sends them at once, not after their lease."""
         for n, reply in enumerate(replies):
-            if not await self._deliver(bot, gateway, reply):
-                await gateway.release([r["id"] for r in replies[n:]])
-                return len(replies) - n
-            if self.stopping.is_set():
-                break
+            if self.stopping.is_set() or not await self._deliver(bot, gateway, reply):
+                unsent = [r["id"] for r in replies[n:]]
+                if self.stopping.is_set():
+                    await self._give_back_before_exit(gateway, unsent)
+                    return 0
+                await gateway.release(unsent)
+                return len(unsent)
         return 0
+
+    async def _give_back_before_exit(self, gateway: GatewayClient, ids: list[int]) -> None:
+        """Release replies on a stop; a gateway already gone leaves them to their lease, as before."""
+        try:
+            await gateway.release(ids)
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            self._say(
+                f"telegram: could not give back {len(ids)} unsent reply(ies) ({type(exc).__name__}); "
+                "they wait out their lease"
+            )
 
     async def _deliver(self, bot: Bot, gateway: GatewayClient, reply: dict) -> bool:
         """Send one reply in parts; acknowledge it, dead-letter it, or leave it to its lease. False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -49,10 +50,25 @@ def _outbox(db: Database) -> dict:
 
 
 def _reply_to(db: Database, update_id: int, text: str) -> None:
-    (bus_id,) = db.query(
-        "SELECT id FROM bus WHERE channel = 'telegram' AND external_id = ?", [str(update_id)]
-    )[0]
-    db.run(outbox.add, bus_id, "telegram", text)
+    _replies_to(db, {update_id: text})
+
+
+def _replies_to(db: Database, texts: dict[int, str]) -> None:
+    """Replies to these updates, committed together: the connector leases them in one poll."""
+
+    def add(con) -> None:
+        for update_id, text in texts.items():
+            (bus_id,) = con.execute(
+                "SELECT id FROM bus WHERE channel = 'telegram' AND external_id = ?", [str(update_id)]
+            ).fetchone()
+            outbox.add(con, bus_id, "telegram", text)
+
+    db.run(add)
+
+
+def _unsent(db: Database) -> list[tuple]:
+    """(text, attempts, lease) of each reply still waiting."""
+    return [(r["text"], r["attempts"], r["lease_expires_at"]) for r in db.run(outbox.waiting, "telegram")]
 
 
 def test_messages_go_in_and_replies_come_back_in_their_chat_and_topic(tmp_path, telegram):
@@ -153,6 +169,24 @@ def test_a_restart_loses_nothing_and_doubles_nothing(tmp_path, telegram):
         assert telegram.sent_texts() == ["reply one", "reply two", "reply three"]
         assert _outbox(db)["waiting"] == 0
     assert "restarting" in (tmp_path / "serve2.log").read_text()
+
+
+def test_a_drain_gives_back_the_replies_it_leased_but_did_not_send(tmp_path, telegram):
+    """SIGTERM finished the reply being sent and left the rest of its poll batch leased: after a
+    restart they waited out their lease (60 s), and the lease counted an attempt."""
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    env = {**_env(telegram), "CORTEX_OUTBOX_LEASE_SECONDS": "60"}
+    with cortex_serve(home, tmp_path / "serve.log", **env) as (_base, _, proc):
+        updates = [telegram.push_text(OWNER, OWNER, f"question {n}") for n in range(3)]
+        wait_for(lambda: len(_ingested(db)) == 3, 30, "the updates to go in")
+        telegram.late_answers.append(2.0)  # the first reply is still being sent when SIGTERM comes
+        _replies_to(db, {update: f"reply {n}" for n, update in enumerate(updates)})
+        wait_for(lambda: len(telegram.sent) == 1, 30, "the first reply to be on its way")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert telegram.sent_texts() == ["reply 0"]
+    assert _unsent(db) == [("reply 1", 0, None), ("reply 2", 0, None)]
 
 
 def test_a_reply_cut_off_by_a_crash_resumes_after_the_parts_already_sent(tmp_path, telegram):
@@ -283,3 +317,23 @@ def test_a_reply_that_keeps_failing_while_telegram_answers_is_left_to_its_lease(
     assert not connector._fails_alone(7)
     connector.reachable_at = connector.failing_since[7] + FAILING_ALONE_AFTER_S + 1
     assert connector._fails_alone(7) and "reply 7 keeps failing" in said[-1]
+
+
+def test_replies_that_cannot_be_given_back_on_a_stop_are_said_and_left_to_their_lease(tmp_path):
+    """A gateway already gone when the connector stops: one line, and the stop goes on."""
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.connectors.gateway_client import GatewayClient
+    from cortex_pipelines.connectors.telegram import TelegramConnector
+
+    settings = load_settings(tmp_path / "home", telegram_token=TOKEN, ingest_api_key="k" * 16)
+    said = []
+    connector = TelegramConnector(settings, "http://127.0.0.1:9", say=said.append)
+
+    async def stop_with_the_gateway_gone() -> None:
+        async with GatewayClient(connector.gateway_url, connector.key) as gateway:
+            await connector._give_back_before_exit(gateway, [3, 4])
+
+    asyncio.run(stop_with_the_gateway_gone())
+    assert said == [
+        "telegram: could not give back 2 unsent reply(ies) (ConnectError); they wait out their lease"
+    ]
