@@ -21,7 +21,8 @@ CORTEX_TELEGRAM_SEND_TIMEOUT was most likely delivered: it is noted as sent with
 sending it again would most likely double it.
 
 SIGTERM or Ctrl-C drains: the reply being sent is finished and acknowledged, the other replies
-leased with it are given back uncounted (POST /outbox/release), then it exits.
+leased with it are given back uncounted (POST /outbox/release), then it exits. A stop that comes
+while a 429 is waited out ends the wait and gives that reply back too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from datetime import timedelta
 import httpx
 from telegram import (
     Bot,
-    Message,
     MessageOrigin,
     MessageOriginChannel,
     MessageOriginChat,
@@ -354,7 +354,8 @@ class TelegramConnector:
 
     async def _deliver(self, bot: Bot, gateway: GatewayClient, reply: dict) -> bool:
         """Send one reply in parts; acknowledge it, dead-letter it, or leave it to its lease. False
-        when Telegram could not be reached (parts already sent stay noted)."""
+        when it is to be given back unsent: Telegram could not be reached, or a stop came while a 429
+        was waited out (parts already sent stay noted)."""
         recipient = reply["recipient"]
         chat = recipient.get("chat_id")
         if not chat:
@@ -372,7 +373,8 @@ class TelegramConnector:
                 ReplyParameters(answered, allow_sending_without_reply=True) if answered and n == 0 else None
             )
             try:
-                await self._send(bot, chat_id, part, thread, quote)
+                if not await self._send(bot, chat_id, part, thread, quote):
+                    return False
             except (Forbidden, BadRequest) as exc:
                 self._say(f"telegram: reply {reply['id']} dead-lettered: {exc}")
                 await gateway.dead_letter([reply["id"]], f"{type(exc).__name__}: {exc}")
@@ -402,10 +404,12 @@ class TelegramConnector:
             self._say(f"telegram: reply {reply_id} keeps failing while Telegram answers; its lease counts")
         return alone
 
-    async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> Message:
+    async def _send(self, bot: Bot, chat_id, text: str, thread: int | None, quote) -> bool:
+        """Send one part, waiting out 429s; False when a stop came during such a wait (retry_after
+        can be minutes, longer than `cortex serve` waits for a connector to stop)."""
         while True:
             try:
-                return await bot.send_message(
+                await bot.send_message(
                     chat_id,
                     text,
                     message_thread_id=thread,
@@ -413,7 +417,10 @@ class TelegramConnector:
                     parse_mode=None,
                     read_timeout=self.send_timeout,
                 )
+                return True
             except RetryAfter as exc:
                 wait = _seconds(exc.retry_after)
                 self._say(f"telegram: rate limited; waiting {wait:.0f} s as Telegram asks")
-                await asyncio.sleep(wait)
+                await self._pause(wait)
+                if self.stopping.is_set():
+                    return False

@@ -24,7 +24,7 @@ from cortex_pipelines.gateway.app import create_app
 from cortex_pipelines.processes import Supervised
 
 HOST = "127.0.0.1"
-CONNECTOR_GRACE_S = 30.0  # a connector sending a long reply in parts, or waiting out a 429
+CONNECTOR_GRACE_S = 30.0  # a connector sending a long reply in parts
 REQUEST_GRACE_S = 10.0
 _CONNECT = [sys.executable, "-m", "cortex_pipelines.cli", "connect"]
 

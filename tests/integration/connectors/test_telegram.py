@@ -189,6 +189,28 @@ def test_a_drain_gives_back_the_replies_it_leased_but_did_not_send(tmp_path, tel
     assert _unsent(db) == [("reply 1", 0, None), ("reply 2", 0, None)]
 
 
+def test_a_stop_while_a_429_is_waited_out_ends_at_once_and_gives_the_replies_back(tmp_path, telegram):
+    """A 429's retry_after (minutes, at times) was slept through: SIGTERM then took the whole grace
+    `cortex serve` gives a connector (30 s) and still left the replies leased."""
+    home = tmp_path / "home"
+    db = Database(home / "cortex.duckdb")
+    log = tmp_path / "serve.log"
+    env = {**_env(telegram), "CORTEX_OUTBOX_LEASE_SECONDS": "60"}
+    with cortex_serve(home, log, **env) as (_base, _, proc):
+        updates = [telegram.push_text(OWNER, OWNER, f"question {n}") for n in range(2)]
+        wait_for(lambda: len(_ingested(db)) == 2, 30, "the updates to go in")
+        telegram.rate_limits.append(120)
+        _replies_to(db, {update: f"reply {n}" for n, update in enumerate(updates)})
+        wait_for(lambda: "waiting 120 s" in log.read_text(), 30, "the 429 to be waited out")
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        took = time.monotonic() - asked
+    assert took < 5, f"stopping took {took:.0f} s"
+    assert telegram.sent == []
+    assert _unsent(db) == [("reply 0", 0, None), ("reply 1", 0, None)]
+
+
 def test_a_reply_cut_off_by_a_crash_resumes_after_the_parts_already_sent(tmp_path, telegram):
     home = tmp_path / "home"
     db = Database(home / "cortex.duckdb")
