@@ -176,18 +176,24 @@ def test_sensors_evaluated_in_one_tick_request_one_run_for_the_same_messages(set
     )
 
 
+def _ended_run(instance: DagsterInstance, run_key: str, status: DagsterRunStatus) -> DagsterRun:
+    """A processing run the inbox sensor requested under `run_key`, ended with `status`."""
+    return instance.add_run(
+        DagsterRun(
+            job_name="process_messages",
+            status=status,
+            tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
+        )
+    )
+
+
 def test_a_run_key_dagster_would_skip_is_a_skip_reason_in_the_tick_list(settings):
     drop(settings, "webchat", "a.json", msg("webchat", "hello", "1"))
     with DagsterInstance.ephemeral() as instance:
         first = evaluate(inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor")
         (request,) = first.run_requests
-        run = instance.add_run(  # the run Dagster made of that request, ended with the message still waiting
-            DagsterRun(
-                job_name="process_messages",
-                status=DagsterRunStatus.CANCELED,
-                tags={RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
-            )
-        )
+        # the run Dagster made of that request, ended with the message still waiting
+        run = _ended_run(instance, request.run_key, DagsterRunStatus.CANCELED)
         again = evaluate(
             inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
         )
@@ -210,13 +216,8 @@ def test_messages_a_refused_key_left_waiting_get_a_run_once_the_key_is_changed(t
     with DagsterInstance.ephemeral() as instance:
         first = evaluate(inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor")
         (request,) = first.run_requests
-        instance.add_run(  # the run the refused key failed, its message put back as it was
-            DagsterRun(
-                job_name="process_messages",
-                status=DagsterRunStatus.FAILURE,
-                tags={RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: "inbox_sensor", "cortex/lane": "brain"},
-            )
-        )
+        # the run the refused key failed, its message put back as it was
+        _ended_run(instance, request.run_key, DagsterRunStatus.FAILURE)
         unchanged = evaluate(
             inbox_sensor, instance, str(settings.home), sensor_name="inbox_sensor", cursor=first.cursor
         )
