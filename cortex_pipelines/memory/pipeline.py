@@ -3,6 +3,7 @@ in step with DuckDB. Plain functions; the Dagster assets call them."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +21,8 @@ from cortex_pipelines.memory.extract import (
     extract_offline,
     extract_with_llm,
 )
+from cortex_pipelines.memory.recall_config import preset
+from cortex_pipelines.memory.updates import subject_of
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, cursors, facts, session, turn_vectors, updates, utcnow
 from cortex_pipelines.storage.facts import OP_HARVEST, FactDraft, norm_hash
@@ -294,6 +297,10 @@ def remember(
             for old_turn in updates.sources_of(con, list(draft.supersedes)):
                 if old_turn < min(draft.sources):  # only an earlier statement can be updated
                     updates.record(con, old_turn, draft.sources[-1], None)
+            # each named fact itself, whatever else its statements held and whenever they were updated
+            said = min(draft.sources)
+            named = [f for f in draft.supersedes if max(updates.sources_of(con, [f]), default=said) < said]
+            updates.close_facts_by(con, named, draft.sources[-1])
 
     db.run(write)
     sync()
@@ -351,10 +358,45 @@ def extract_new_facts(
             drafts.extend(_by_model(db, complete, turns[start : start + 40], injected, report, log))
     written = remember(db, vectors, embedder, settings, drafts, rebuild_outdated=True)
     report.new, report.reinforced = written.new, written.reinforced
-    report.outdated = db.run(updates.close_outdated_facts)  # facts from statements the user updated
+    margin = preset(settings.recall_preset).update_fact_margin
+    report.outdated = close_outdated_facts(db, embedder, margin)  # facts from statements the user updated
     db.run(cursors.write, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
+
+
+def close_outdated_facts(db: Database, embedder: Embedder, margin: float) -> list[int]:
+    """Facts whose every source statement was updated stop being current, but of the facts that
+    statements yielded together only those the update is about: "I live in Lisbon and work at Acme
+    as a nurse", then "I moved to Porto", had closed "works at Acme" with "lives in Lisbon". The
+    others stay current until a later update. Returns the closed facts' ids."""
+    together: dict[tuple[int, ...], list[dict]] = defaultdict(list)
+    for fact in db.run(updates.outdated_candidates):
+        together[tuple(sorted(fact["sources"]))].append(fact)
+    outdated, kept = [], []
+    for candidates in together.values():
+        drawn_with = candidates[0]["drawn_with"]
+        about = facts_about(embedder, " ".join(candidates[0]["newer"]), drawn_with, margin)
+        for fact in candidates:
+            (outdated if fact["text"] in about else kept).append(fact)
+
+    def close(con):
+        updates.keep_current(con, kept)
+        return updates.close_facts(con, outdated)
+
+    return db.run(close)
+
+
+def facts_about(embedder: Embedder, change: str, drawn_together: list[str], margin: float) -> set[str]:
+    """Of facts one statement yielded, those a change is about: all of one alone; of several, those
+    whose cosine to the change's subject is within `margin` of the nearest."""
+    if len(drawn_together) <= 1:
+        return set(drawn_together)
+    vectors = embedder.encode_few([subject_of(change), *(subject_of(text) for text in drawn_together)])
+    cosines = vectors[1:] @ vectors[0]
+    return {
+        text for text, cosine in zip(drawn_together, cosines, strict=True) if cosine >= cosines.max() - margin
+    }
 
 
 def _by_model(db, complete, chunk: list[Turn], injected, report: WriteReport, log: Log) -> list[FactDraft]:

@@ -44,7 +44,12 @@ from cortex_pipelines.memory.patterns import attributes_of
 from cortex_pipelines.memory.pipeline import EPISODIC_CURSOR, embedder_id
 from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.snapshot import Snapshot
-from cortex_pipelines.memory.updates import Successor, co_recalled_updates, newest_successors
+from cortex_pipelines.memory.updates import (
+    Successor,
+    co_recalled_updates,
+    newest_successor,
+    newest_successors,
+)
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, UNNAMED_EMBEDDER, VectorStore, vector_store
 from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
@@ -222,7 +227,7 @@ def recall(
         said = said & episode_table.said_by(_owners_among(episode_table.speakers(), settings))
     fact_words = fact_table.text_search(query, pool, active)
     episode_words = episode_table.text_search(query, pool, said)
-    recent, recent_vectors, hot, links, forgotten = db.run_unchanged(
+    recent, recent_vectors, hot, links, closers, forgotten = db.run_unchanged(
         _duckdb_reads,
         str(db.path),
         config.tail_turns,
@@ -311,7 +316,9 @@ def recall(
     if embedding is not None and qvec is None:
         embedding.cancel()  # nothing to compare it with: not embedded, if it has not begun
     hits = _facts_stand_for_their_turns(hits, config)
-    hits = _current_first(hits, newest_successors(links), set(exclude_sources), meta, config)
+    successors = newest_successors(links)
+    closed_by = {fact_id: newest_successor(Successor(*closer), successors) for fact_id, *closer in closers}
+    hits = _current_first(hits, successors, closed_by, set(exclude_sources), meta, config)
     if ABOUT_THE_OWNER.search(query):
         _strangers_behind(hits, settings, config)
     hits.sort(key=lambda h: h.score, reverse=True)
@@ -359,6 +366,7 @@ def _duckdb_reads(con, file: str, tail_turns: int, model: str, whole_tail: bool,
         tail.stored_vectors(con, file, model, recent),
         fact_store.active(con, "hot") if hot_facts else [],
         updates.links(con),
+        updates.fact_closers(con),
         frozenset(fact_store.forgotten_sources(con)),
     )
 
@@ -383,6 +391,7 @@ def _fact_signals(db: Database, fact_ids: list[int]) -> dict[int, dict]:
 def _current_first(
     hits: list[Hit],
     successors: dict[int, Successor],
+    closed_by: dict[int, Successor],
     exclude_sources: set[int],
     fact_meta: dict[int, dict],
     config: RecallConfig,
@@ -397,8 +406,12 @@ def _current_first(
             holder.setdefault(source, hit)
     joined = []
     for hit in hits:
-        replaced = [successors[s] for s in hit.sources if s in successors]
         closed = hit.fact_id is not None and (fact_meta.get(hit.fact_id) or {}).get("valid_to") is not None
+        if hit.fact_id is not None and not closed:
+            continue  # current: its statement's update was about another fact drawn from it
+        replaced = [successors[s] for s in hit.sources if s in successors]
+        if closed and hit.fact_id in closed_by:  # what closed the fact itself
+            replaced = [closed_by[hit.fact_id]] * len(hit.sources)
         if replaced and len(replaced) == len(hit.sources):
             newest = max(replaced, key=lambda s: s.at)
             hit.updated_by = newest.session_id

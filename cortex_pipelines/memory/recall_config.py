@@ -72,6 +72,12 @@ class RecallConfig:
     # (0.4-0.6 alike, 0.7: 90), kept values 100, no false link once "as well" adds (memory/updates.py).
     update_same_subject_min_cosine: float | None = 0.5
     update_attribute_candidates: int = 20
+    # Of the facts one updated statement yielded ("I live in Lisbon and work at Acme as a nurse":
+    # lives in Lisbon, works at Acme), those whose cosine to the change's subject is within this of
+    # the nearest are outdated; the others stay current. Not measured on the update sets: their
+    # statements yield one fact each offline. Set from tests/integration/memory/test_updates.py's
+    # examples (the fact the change is about: 0.3-0.5; another of the statement: under 0.2).
+    update_fact_margin: float = 0.1
     # The same check at query time, for a change and an earlier statement one question found both
     # of in its top `co_recalled_update_window`: the shared question is evidence the write-time
     # search lacked. Only their order changes (memory/recall.py `_changes_first`).

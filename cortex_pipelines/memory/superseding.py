@@ -13,6 +13,7 @@ from __future__ import annotations
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
+from cortex_pipelines.memory.pipeline import close_outdated_facts, facts_about
 from cortex_pipelines.memory.recall import Hit, recall
 from cortex_pipelines.memory.recall_config import preset
 from cortex_pipelines.memory.updates import (
@@ -59,12 +60,17 @@ def link_update(
         return None
     old_ids, cosine = old
 
-    def link(con):
-        for old_id in old_ids:
-            updates.record(con, old_id, session_id, cosine)
-        return updates.close_outdated_facts(con)
+    def link(con) -> list[dict]:
+        if not [old_id for old_id in old_ids if updates.record(con, old_id, session_id, cosine)]:
+            # statements an earlier change updated: this one is about a fact of theirs still current
+            return updates.current_facts_from(con, old_ids)
+        return []
 
-    closed = db.run(link)
+    current = db.run(link)
+    about = facts_about(embedder, text, [f["text"] for f in current], config.update_fact_margin)
+    named = [f["id"] for f in current if f["text"] in about]
+    closed = db.run(updates.close_facts_by, named, session_id) if named else []
+    closed += close_outdated_facts(db, embedder, config.update_fact_margin)
     return f"updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
 
 

@@ -405,14 +405,17 @@ def newest_successors(
     """For each superseded turn, the newest statement in its chain of updates (Lisbon → Porto →
     Berlin: Lisbon's successor is Berlin)."""
     direct = {old: Successor(new, text, channel, sender, at) for old, new, text, channel, sender, at in links}
-    newest = {}
-    for old, successor in direct.items():
-        seen = {old}
-        while successor.session_id in direct and successor.session_id not in seen:
-            seen.add(successor.session_id)
-            successor = direct[successor.session_id]
-        newest[old] = successor
-    return newest
+    return {old: newest_successor(successor, direct) for old, successor in direct.items()}
+
+
+def newest_successor(successor: Successor, updated: dict[int, Successor]) -> Successor:
+    """The end of `successor`'s chain of updates, where `updated` maps a turn to a statement that
+    updated it (a cycle stops where it closes)."""
+    seen = set()
+    while successor.session_id in updated and successor.session_id not in seen:
+        seen.add(successor.session_id)
+        successor = updated[successor.session_id]
+    return successor
 
 
 class Ranked(Memory, Protocol):

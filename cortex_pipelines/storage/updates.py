@@ -66,34 +66,117 @@ def sources_of(con, fact_ids: list[int]) -> list[int]:
     return list(row[0] or []) if row else []
 
 
-def close_outdated_facts(con) -> list[int]:
-    """Facts whose every source statement has been updated stop being true when the first update
-    was said (valid_to); their rows, status and sources stay, so history stays queryable."""
-    outdated = con.execute(
+def fact_closers(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
+    """For each closed fact, the newest statement that closed it, as it stands: (fact id, its
+    session id, text, channel, sender, said at). The statements' own successor is not enough: a
+    change can close one fact of a statement an earlier change updated ("I work at the Beta Clinic
+    now" after "I moved to Porto"). A closer no longer there (erased) is not returned."""
+    return con.execute(
         """
-        SELECT f.id, min(s.ts) AS until, list_sort(list_distinct(list(u.new_session_id)))
-        FROM facts f, unnest(f.sources) AS src(session_id)
-        LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
-        LEFT JOIN session s ON s.id = u.new_session_id
-        WHERE f.status = 'active' AND f.valid_to IS NULL
-        GROUP BY f.id
-        HAVING count(*) = count(s.id)
+        SELECT c.fact_id, s.id, s.content, s.channel, s.sender, s.ts
+        FROM (
+            SELECT e.fact_id, arg_max(
+                       list_max(CAST(json_extract(e.detail, '$.by_messages') AS BIGINT[])), e.id
+                   ) AS session_id
+            FROM fact_events e JOIN facts f ON f.id = e.fact_id
+            WHERE e.action = 'outdated' AND f.status = 'active' AND f.valid_to IS NOT NULL
+            GROUP BY e.fact_id
+        ) c JOIN session s ON s.id = c.session_id
+        ORDER BY c.fact_id
         """
     ).fetchall()
+
+
+def outdated_candidates(con) -> list[dict]:
+    """Active facts whose every source statement has been updated, with the text of the newer
+    statements (`newer`), when the first was said (`until`), by which messages, and the texts of
+    every active fact drawn from the same statements (`drawn_with`, itself included, closed ones
+    too). A fact kept current since its latest update (`keep_current`: the update was about another
+    fact drawn from the same statements) is not one until a later update."""
+    return dict_rows(
+        con.execute(
+            """
+            WITH linked AS (
+                SELECT f.id, f.text, f.sources, min(s.ts) AS until,
+                       list_sort(list_distinct(list(u.new_session_id))) AS by_messages,
+                       list_distinct(list(s.content)) AS newer, max(u.detected_at) AS latest,
+                       count(*) = count(s.id) AS every_source_updated
+                FROM facts f, unnest(f.sources) AS src(session_id)
+                LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
+                LEFT JOIN session s ON s.id = u.new_session_id
+                WHERE f.status = 'active' AND f.valid_to IS NULL
+                GROUP BY f.id, f.text, f.sources
+            )
+            SELECT id, text, sources, until, by_messages, newer, (
+                SELECT list(g.text ORDER BY g.id) FROM facts g
+                WHERE g.status = 'active' AND list_sort(g.sources) = list_sort(linked.sources)
+            ) AS drawn_with
+            FROM linked
+            WHERE every_source_updated AND NOT EXISTS (
+                SELECT 1 FROM fact_events e
+                WHERE e.fact_id = linked.id AND e.action = 'kept_current' AND e.happened_at >= linked.latest
+            )
+            ORDER BY id
+            """
+        )
+    )
+
+
+def close_facts(con, outdated: list[dict]) -> list[int]:
+    """Outdated facts stop being true when the first update was said (valid_to); their rows,
+    status and sources stay, so history stays queryable."""
     now = utcnow()
-    for fact_id, until, by_messages in outdated:
-        con.execute("UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ?", [until, now, fact_id])
+    for fact in outdated:
+        con.execute(
+            "UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ?", [fact["until"], now, fact["id"]]
+        )
         con.execute(
             "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
             "VALUES (?, ?, 'outdated', json_object('by_messages', ?))",
-            [fact_id, now, by_messages],
+            [fact["id"], now, fact["by_messages"]],
         )
-    return [fact_id for fact_id, _, _ in outdated]
+    return [fact["id"] for fact in outdated]
+
+
+def current_facts_from(con, session_ids: list[int]) -> list[dict]:
+    """The current facts drawn from exactly these statements (id, text)."""
+    return dict_rows(
+        con.execute(
+            "SELECT id, text FROM facts WHERE status = 'active' AND valid_to IS NULL "
+            "AND list_sort(sources) = list_sort(?::BIGINT[]) ORDER BY id",
+            [session_ids],
+        )
+    )
+
+
+def close_facts_by(con, fact_ids: list[int], session_id: int) -> list[int]:
+    """Close these facts, those still current, as of the statement `session_id`: the update names
+    them itself (the extraction model's `supersedes`, or a fact recall found for a change)."""
+    until = con.execute("SELECT ts FROM session WHERE id = ?", [session_id]).fetchone()
+    if until is None:
+        return []
+    rows = con.execute(
+        "SELECT id FROM facts WHERE list_contains(?::BIGINT[], id) AND status = 'active' "
+        "AND valid_to IS NULL",
+        [fact_ids],
+    ).fetchall()
+    return close_facts(con, [{"id": r[0], "until": until[0], "by_messages": [session_id]} for r in rows])
+
+
+def keep_current(con, kept: list[dict]) -> None:
+    """Facts an update of their statement was not about stay current (until a later update)."""
+    now = utcnow()
+    for fact in kept:
+        con.execute(
+            "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
+            "VALUES (?, ?, 'kept_current', json_object('by_messages', ?))",
+            [fact["id"], now, fact["by_messages"]],
+        )
 
 
 def reopen_facts(con) -> list[int]:
-    """Facts closed by an update that no longer stands (the newer statement was erased) are
-    current again."""
+    """Facts closed by an update that no longer stands (the newer statement was erased, or every
+    statement that closed the fact itself) are current again."""
     stale = [
         r[0]
         for r in con.execute(
@@ -104,6 +187,15 @@ def reopen_facts(con) -> list[int]:
             WHERE f.status = 'active' AND f.valid_to IS NOT NULL
             GROUP BY f.id
             HAVING count(*) > count(s.id)
+            UNION
+            SELECT c.fact_id FROM (
+                SELECT fact_id, arg_max(CAST(json_extract(detail, '$.by_messages') AS BIGINT[]), id)
+                       AS closers
+                FROM fact_events WHERE action = 'outdated' GROUP BY fact_id
+            ) c JOIN facts f ON f.id = c.fact_id
+            WHERE f.status = 'active' AND f.valid_to IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM session s WHERE list_contains(c.closers, s.id))
+            ORDER BY 1
             """
         ).fetchall()
     ]

@@ -575,9 +575,9 @@ def test_a_fact_with_one_updated_source_of_two_stays_current(db):
             "['webchat'], 'extraction', now(), now(), now())"
         )
         updates.record(con, 1, 3, 0.5)
-        first = updates.close_outdated_facts(con)
+        first = updates.close_facts(con, updates.outdated_candidates(con))
         updates.record(con, 2, 3, 0.5)
-        return first, updates.close_outdated_facts(con)
+        return first, updates.close_facts(con, updates.outdated_candidates(con))
 
     assert db.run(setup) == ([], [1])
 
@@ -767,3 +767,47 @@ def test_news_of_someone_or_something_else_never_supersedes_the_users_own(tmp_pa
         hits = _json(cortex("recall", asked, "-k", "5", "--json", home=home))
         own = [h for h in hits if mine in h["text"]]
         assert own and not any(h.get("updated_by") for h in own), hits
+
+
+def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, db, messages_server):
+    """The model drew two facts from "I live in Lisbon and I work at Acme as a nurse", and "I moved
+    to Porto" closed both, so "where do I work?" was answered with a fact marked no longer current."""
+    drop(
+        settings,
+        "webchat",
+        "a.json",
+        msg("webchat", "I live in Lisbon and I work at Acme as a nurse.", "both-0", timestamp=_days_ago(5)),
+    )
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    vectors, embedder = vector_store(settings.paths.lance), embedder_for(settings)
+    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    drawn = [
+        {"text": "The user lives in Lisbon.", "category": "identity", "source_ids": [1]},
+        {"text": "The user works at Acme as a nurse.", "category": "identity", "source_ids": [1]},
+    ]
+    messages_server.script(text_reply(json.dumps(drawn)))
+    home, job = extract_new_facts(db, vectors, embedder, settings, llm).new
+
+    _drain(settings, db, [("I moved to Porto last week.", _days_ago(1))])
+    current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
+    assert current == {home: False, job: True}
+    work = recall(db, settings, "where do I work", k=3)
+    assert "Acme" in work[0].text and work[0].updated_by is None, [(h.text, h.updated_by) for h in work]
+    # a later extraction leaves it so
+    messages_server.script(text_reply("[]"))
+    extract_new_facts(db, vectors, embedder, settings, llm)
+    assert db.query("SELECT valid_to IS NULL FROM facts WHERE id = ?", [job]) == [(True,)]
+
+    # and a change of job, the statement updated once already, closes it
+    drop(settings, "webchat", "c.json", msg("webchat", "I work at the Beta Clinic now.", "job-1"))
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+    assert db.query("SELECT valid_to IS NULL FROM facts WHERE id = ?", [job]) == [(False,)]
+    work = recall(db, settings, "where do I work", k=3)
+    assert "Beta" in work[0].text, [(h.text, h.updated_by) for h in work]
+
+    # erased, the change no longer stands: Acme is current again, and Lisbon stays closed
+    cortex("erase", "--matching", "Beta Clinic", "--yes", home=settings.home)
+    current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
+    assert current == {home: False, job: True}
