@@ -406,8 +406,9 @@ def _current_first(
             holder.setdefault(source, hit)
     joined = []
     for hit in hits:
-        closed = hit.fact_id is not None and (fact_meta.get(hit.fact_id) or {}).get("valid_to") is not None
-        if hit.fact_id is not None and not closed:
+        known = hit.fact_id in fact_meta  # not a keyword hit of the fallback for an unreadable table
+        closed = known and fact_meta[hit.fact_id].get("valid_to") is not None
+        if known and not closed:
             continue  # current: its statement's update was about another fact drawn from it
         replaced = [successors[s] for s in hit.sources if s in successors]
         if closed and hit.fact_id in closed_by:  # what closed the fact itself

@@ -175,7 +175,8 @@ def conversation_history(
     rows = con.execute(
         f"""
         SELECT {_TURN_COLUMNS} FROM (
-            SELECT *, bus_id IN (SELECT id FROM bus WHERE {IMPORTED_HISTORY}) AS imported FROM session
+            SELECT *, coalesce(bus_id IN (SELECT id FROM bus WHERE {IMPORTED_HISTORY}), false) AS imported
+            FROM session
             WHERE {conversations.OF_TURN} = ? AND (? IS NULL OR id < ?) AND ({NOT_FORGOTTEN} OR id = ?)
         )
         ORDER BY imported, CASE WHEN imported THEN ts END DESC, id DESC LIMIT ?

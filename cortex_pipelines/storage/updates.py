@@ -12,14 +12,19 @@ from cortex_pipelines.storage.session import NOT_FORGOTTEN
 
 
 def record(con, old_session_id: int, new_session_id: int, cosine: float | None) -> bool:
-    """Link an earlier statement to the one that updated it. The first link of a statement holds:
-    a later change to the same subject links the newer statement, and chains resolve to the newest."""
-    row = con.execute(
+    """Link an earlier statement to the one that updated it; False when another statement updated
+    it first. The first link of a statement holds: a later change to the same subject links the
+    newer statement, and chains resolve to the newest. Linked to this one already (its message
+    processed again: a retry, a refused key), it is True, as the first time."""
+    con.execute(
         "INSERT INTO statement_updates (old_session_id, new_session_id, cosine, detected_at) "
-        "VALUES (?, ?, ?, ?) ON CONFLICT (old_session_id) DO NOTHING RETURNING old_session_id",
+        "VALUES (?, ?, ?, ?) ON CONFLICT (old_session_id) DO NOTHING",
         [old_session_id, new_session_id, cosine, utcnow()],
+    )
+    linked = con.execute(
+        "SELECT new_session_id FROM statement_updates WHERE old_session_id = ?", [old_session_id]
     ).fetchone()
-    return row is not None
+    return linked is not None and linked[0] == new_session_id
 
 
 def links(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
@@ -122,20 +127,24 @@ def outdated_candidates(con) -> list[dict]:
     )
 
 
-def close_facts(con, outdated: list[dict]) -> list[int]:
+def close_facts(con, outdated: list[dict], direct: bool = False) -> list[int]:
     """Outdated facts stop being true when the first update was said (valid_to); their rows,
-    status and sources stay, so history stays queryable."""
-    now = utcnow()
+    status and sources stay, so history stays queryable. `direct`: closed by statements that named
+    the fact itself (`close_facts_by`), not by the links of the statements it came from."""
+    now, closed = utcnow(), []
     for fact in outdated:
-        con.execute(
-            "UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ?", [fact["until"], now, fact["id"]]
-        )
+        if not con.execute(  # a process beside this one may have closed it meanwhile
+            "UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ? AND valid_to IS NULL RETURNING id",
+            [fact["until"], now, fact["id"]],
+        ).fetchall():
+            continue
         con.execute(
             "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
-            "VALUES (?, ?, 'outdated', json_object('by_messages', ?))",
-            [fact["id"], now, fact["by_messages"]],
+            "VALUES (?, ?, 'outdated', json_object('by_messages', ?, 'direct', ?))",
+            [fact["id"], now, fact["by_messages"], direct],
         )
-    return [fact["id"] for fact in outdated]
+        closed.append(fact["id"])
+    return closed
 
 
 def current_facts_from(con, session_ids: list[int]) -> list[dict]:
@@ -160,7 +169,8 @@ def close_facts_by(con, fact_ids: list[int], session_id: int) -> list[int]:
         "AND valid_to IS NULL",
         [fact_ids],
     ).fetchall()
-    return close_facts(con, [{"id": r[0], "until": until[0], "by_messages": [session_id]} for r in rows])
+    closing = [{"id": r[0], "until": until[0], "by_messages": [session_id]} for r in rows]
+    return close_facts(con, closing, direct=True)
 
 
 def keep_current(con, kept: list[dict]) -> None:
@@ -175,26 +185,34 @@ def keep_current(con, kept: list[dict]) -> None:
 
 
 def reopen_facts(con) -> list[int]:
-    """Facts closed by an update that no longer stands (the newer statement was erased, or every
-    statement that closed the fact itself) are current again."""
+    """Facts closed by an update that no longer stands are current again: a statement they came
+    from lost its update (the newer statement was erased), or, for a fact a statement closed by
+    naming it (`close_facts_by`), every statement that closed it is gone. A fact closed by name
+    stays closed when only the update of its statement is erased."""
     stale = [
         r[0]
         for r in con.execute(
             """
-            SELECT f.id FROM facts f, unnest(f.sources) AS src(session_id)
-            LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
-            LEFT JOIN session s ON s.id = u.new_session_id
-            WHERE f.status = 'active' AND f.valid_to IS NOT NULL
-            GROUP BY f.id
-            HAVING count(*) > count(s.id)
-            UNION
-            SELECT c.fact_id FROM (
-                SELECT fact_id, arg_max(CAST(json_extract(detail, '$.by_messages') AS BIGINT[]), id)
-                       AS closers
+            WITH latest AS (
+                SELECT fact_id,
+                       arg_max(CAST(json_extract(detail, '$.by_messages') AS BIGINT[]), id) AS closers,
+                       arg_max(coalesce(CAST(json_extract(detail, '$.direct') AS BOOLEAN), false), id)
+                           AS direct
                 FROM fact_events WHERE action = 'outdated' GROUP BY fact_id
-            ) c JOIN facts f ON f.id = c.fact_id
+            ), unlinked AS (
+                SELECT f.id FROM facts f, unnest(f.sources) AS src(session_id)
+                LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
+                LEFT JOIN session s ON s.id = u.new_session_id
+                WHERE f.status = 'active' AND f.valid_to IS NOT NULL
+                GROUP BY f.id
+                HAVING count(*) > count(s.id)
+            )
+            SELECT n.id FROM unlinked n LEFT JOIN latest l ON l.fact_id = n.id
+            WHERE NOT coalesce(l.direct, false)
+            UNION
+            SELECT l.fact_id FROM latest l JOIN facts f ON f.id = l.fact_id
             WHERE f.status = 'active' AND f.valid_to IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM session s WHERE list_contains(c.closers, s.id))
+              AND NOT EXISTS (SELECT 1 FROM session s WHERE list_contains(l.closers, s.id))
             ORDER BY 1
             """
         ).fetchall()

@@ -13,7 +13,7 @@ from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
 from cortex_pipelines.instance import init_home, status
 from cortex_pipelines.llm.base import ToolCall
-from cortex_pipelines.storage import Database, conversations, outbox
+from cortex_pipelines.storage import Database, conversations, outbox, session
 from cortex_pipelines.storage.migrations import MIGRATIONS
 from tests.support.cli import cortex
 from tests.support.history import ingest_history
@@ -468,3 +468,15 @@ def test_history_imported_after_live_use_reads_as_older_than_the_live_turns(sett
     assert "Porto" in shown, shown[-300:]
     assert shown.index("Old note") < shown.index("Porto") < shown.index("Where do I live now?")
     assert [m["role"] for m in request.messages][-2:] == ["assistant", "user"]
+
+
+def test_a_saved_note_keeps_its_place_among_live_turns_after_an_import(settings, db, tmp_path):
+    """A note the owner saved (`/save`: a turn with no message behind it) was sorted with the
+    imported history, after all of it, once any was imported: read as older than every live turn."""
+    _ask(settings, db, ScriptedClient(default="ok"), msg("webchat", "First live message.", "live-1"))
+    note = db.run(session.append_owner_note, "webchat", "user", "Saved: the locker is number 12.")
+    old = ("webchat", "Old note: I live in Lisbon.")
+    ingest_history(settings, db, tmp_path, old, start="2025-03-01T09:00:00Z")
+    conversation = db.query(f"SELECT {conversations.OF_TURN} FROM session WHERE id = ?", [note])[0][0]
+    said = [t.content for t in db.run(session.conversation_history, conversation, 10)]
+    assert said[0].startswith("Old note") and said[-1] == "Saved: the locker is number 12.", said

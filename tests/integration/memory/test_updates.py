@@ -580,6 +580,8 @@ def test_a_fact_with_one_updated_source_of_two_stays_current(db):
         return first, updates.close_facts(con, updates.outdated_candidates(con))
 
     assert db.run(setup) == ([], [1])
+    # linked to this statement already (its message processed again) counts as linked; to another, not
+    assert db.run(updates.record, 1, 3, 0.5) and not db.run(updates.record, 1, 2, 0.5)
 
 
 def test_a_delegated_result_or_a_strangers_turn_is_never_superseded():
@@ -807,7 +809,11 @@ def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, d
     work = recall(db, settings, "where do I work", k=3)
     assert "Beta" in work[0].text, [(h.text, h.updated_by) for h in work]
 
-    # erased, the change no longer stands: Acme is current again, and Lisbon stays closed
+    # an erased change no longer stands: the move's erasure reopens Lisbon alone (Beta closed Acme
+    # itself), and Beta's then reopens Acme
+    cortex("erase", "--matching", "moved to Porto", "--yes", home=settings.home)
+    current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
+    assert current == {home: True, job: False}
     cortex("erase", "--matching", "Beta Clinic", "--yes", home=settings.home)
     current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
-    assert current == {home: False, job: True}
+    assert current == {home: True, job: True}
