@@ -424,7 +424,8 @@ def delete(con, plan: Plan, selector: str) -> int:
         used = {k: v for k, v in lists.items() if f"${k}:" in sql}
         plan.counts[name] = int(con.execute(sql, used).fetchone()[0])
     if not plan.keeps_derived:
-        plan.counts["facts_current_again"] = len(updates.reopen_facts(con))  # their update was erased
+        # facts whose update was erased
+        plan.counts["facts_current_again"] = len(updates.reopen_facts(con, plan.session_ids))
     _keep_out(con, plan.external_ids)
     return con.execute(
         "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts) VALUES (?, ?, ?, ?, ?) "

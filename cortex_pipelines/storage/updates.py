@@ -184,11 +184,12 @@ def keep_current(con, kept: list[dict]) -> None:
         )
 
 
-def reopen_facts(con) -> list[int]:
+def reopen_facts(con, erased_turns: list[int]) -> list[int]:
     """Facts closed by an update that no longer stands are current again: a statement they came
-    from lost its update (the newer statement was erased), or, for a fact a statement closed by
-    naming it (`close_facts_by`), every statement that closed it is gone. A fact closed by name
-    stays closed when only the update of its statement is erased."""
+    from lost its update link (the newer statement was erased), or, for a fact a statement closed by
+    naming it (`close_facts_by`), every statement that closed it is gone, `erased_turns` among
+    them. A fact closed by name stays closed when only the update of its statement is erased; turn
+    retention, which keeps the links and facts of the turns it expires, reopens nothing."""
     stale = [
         r[0]
         for r in con.execute(
@@ -202,19 +203,20 @@ def reopen_facts(con) -> list[int]:
             ), unlinked AS (
                 SELECT f.id FROM facts f, unnest(f.sources) AS src(session_id)
                 LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
-                LEFT JOIN session s ON s.id = u.new_session_id
                 WHERE f.status = 'active' AND f.valid_to IS NOT NULL
                 GROUP BY f.id
-                HAVING count(*) > count(s.id)
+                HAVING count(*) > count(u.new_session_id)
             )
             SELECT n.id FROM unlinked n LEFT JOIN latest l ON l.fact_id = n.id
             WHERE NOT coalesce(l.direct, false)
             UNION
             SELECT l.fact_id FROM latest l JOIN facts f ON f.id = l.fact_id
             WHERE f.status = 'active' AND f.valid_to IS NOT NULL
+              AND list_has_any(l.closers, $erased::BIGINT[])
               AND NOT EXISTS (SELECT 1 FROM session s WHERE list_contains(l.closers, s.id))
             ORDER BY 1
-            """
+            """,
+            {"erased": erased_turns},
         ).fetchall()
     ]
     now = utcnow()

@@ -817,3 +817,18 @@ def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, d
     cortex("erase", "--matching", "Beta Clinic", "--yes", home=settings.home)
     current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
     assert current == {home: True, job: True}
+
+
+def test_a_fact_closed_by_an_expired_statement_stays_closed_through_a_later_erase(settings, db):
+    """Turn retention deletes old turns and keeps their facts and update links; the next `cortex
+    erase`, of anything, took a fact whose closing statement had expired for one whose update was
+    erased, and "I live in Lisbon" was current again beside the move."""
+    said = [("I live in Lisbon.", _days_ago(50)), ("I moved to Porto.", _days_ago(45))]
+    _drain(settings, db, [*said, ("Remind me to buy oat milk.", _days_ago(1))])
+    extract_new_facts(db, vector_store(settings.paths.lance), embedder_for(settings), settings, None)
+    closed = "SELECT valid_to IS NOT NULL FROM facts WHERE text LIKE '%Lisbon%'"
+    assert db.query(closed) == [(True,)]
+    cortex("erase", "--expired", "--yes", home=settings.home, env={"CORTEX_TURN_TTL_DAYS": "30"})
+    assert not db.query("SELECT id FROM session WHERE content LIKE '%Porto%'")  # expired
+    cortex("erase", "--matching", "oat milk", "--yes", home=settings.home)
+    assert db.query(closed) == [(True,)]
