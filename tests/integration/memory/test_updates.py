@@ -399,35 +399,35 @@ def _days_ago(days: int) -> str:
     return (datetime.now(UTC) - timedelta(days=days)).strftime("%Y-%m-%dT09:00:00Z")
 
 
+def _say(settings, db, text: str, external_id: str, **extra) -> None:
+    """One owner message through the inbox (its file named after its id) and a drain of the
+    offline brain: the live path, nothing materialized."""
+    drop(settings, "webchat", f"{external_id}.json", msg("webchat", text, external_id, **extra))
+    ingest_inbox(settings, db)
+    Brain(db, settings, OfflineClient()).drain()
+
+
+def _extraction_with_a_model(settings, messages_server):
+    """What `extract_new_facts` takes for extraction by a model: the real SDK against the local
+    Messages server."""
+    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    return vector_store(settings.paths.lance), embedder_for(settings), llm
+
+
 def test_a_fact_the_extraction_model_says_is_replaced_leaves_the_floor_and_ranks_second(
     settings, db, messages_server
 ):
     """With a model (the real SDK against the local Messages server), extraction returns updates:
     the prompt asks for `supersedes`, which names a known fact by its [F…] id; an id it was not
     shown is ignored. The newer statement names no change, so only the model can tell it is one."""
-    drop(
-        settings,
-        "webchat",
-        "a.json",
-        msg("webchat", "I bank with Barclays.", "bank-0", timestamp=_days_ago(5)),
-    )
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
-    vectors, embedder = vector_store(settings.paths.lance), embedder_for(settings)
-    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    _say(settings, db, "I bank with Barclays.", "bank-0", timestamp=_days_ago(5))
+    vectors, embedder, llm = _extraction_with_a_model(settings, messages_server)
     messages_server.script(
         text_reply('[{"text": "The user banks with Barclays.", "category": "fact", "source_ids": [1]}]')
     )
     old_id = extract_new_facts(db, vectors, embedder, settings, llm).new[0]
 
-    drop(
-        settings,
-        "webchat",
-        "b.json",
-        msg("webchat", "Monzo has all my accounts.", "bank-1", timestamp=_days_ago(2)),
-    )
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
+    _say(settings, db, "Monzo has all my accounts.", "bank-1", timestamp=_days_ago(2))
     new_turn = db.query("SELECT max(id) FROM session WHERE role = 'user'")[0][0]
     reply = json.dumps(
         [
@@ -774,16 +774,8 @@ def test_news_of_someone_or_something_else_never_supersedes_the_users_own(tmp_pa
 def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, db, messages_server):
     """The model drew two facts from "I live in Lisbon and I work at Acme as a nurse", and "I moved
     to Porto" closed both, so "where do I work?" was answered with a fact marked no longer current."""
-    drop(
-        settings,
-        "webchat",
-        "a.json",
-        msg("webchat", "I live in Lisbon and I work at Acme as a nurse.", "both-0", timestamp=_days_ago(5)),
-    )
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
-    vectors, embedder = vector_store(settings.paths.lance), embedder_for(settings)
-    llm = AnthropicClient("claude-haiku-test", "k", messages_server.url, 10, 0)
+    _say(settings, db, "I live in Lisbon and I work at Acme as a nurse.", "both-0", timestamp=_days_ago(5))
+    vectors, embedder, llm = _extraction_with_a_model(settings, messages_server)
     drawn = [
         {"text": "The user lives in Lisbon.", "category": "identity", "source_ids": [1]},
         {"text": "The user works at Acme as a nurse.", "category": "identity", "source_ids": [1]},
@@ -791,7 +783,7 @@ def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, d
     messages_server.script(text_reply(json.dumps(drawn)))
     home, job = extract_new_facts(db, vectors, embedder, settings, llm).new
 
-    _drain(settings, db, [("I moved to Porto last week.", _days_ago(1))])
+    _say(settings, db, "I moved to Porto last week.", "move-0", timestamp=_days_ago(1))
     current = dict(db.query("SELECT id, valid_to IS NULL FROM facts WHERE id IN (?, ?)", [home, job]))
     assert current == {home: False, job: True}
     work = recall(db, settings, "where do I work", k=3)
@@ -802,9 +794,7 @@ def test_an_update_closes_only_the_fact_of_its_statement_it_is_about(settings, d
     assert db.query("SELECT valid_to IS NULL FROM facts WHERE id = ?", [job]) == [(True,)]
 
     # and a change of job, the statement updated once already, closes it
-    drop(settings, "webchat", "c.json", msg("webchat", "I work at the Beta Clinic now.", "job-1"))
-    ingest_inbox(settings, db)
-    Brain(db, settings, OfflineClient()).drain()
+    _say(settings, db, "I work at the Beta Clinic now.", "job-1")
     assert db.query("SELECT valid_to IS NULL FROM facts WHERE id = ?", [job]) == [(False,)]
     work = recall(db, settings, "where do I work", k=3)
     assert "Beta" in work[0].text, [(h.text, h.updated_by) for h in work]
