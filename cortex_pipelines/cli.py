@@ -341,7 +341,7 @@ def run(
         _expire_turns(settings)
     if settings.run_history_days:
         _prune_run_history(settings)
-    _say_spent_budgets(db, settings)
+    _say_model_settings(db, settings)
     state = status(settings)
     _say(f"bus: {state['bus']}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
@@ -381,7 +381,7 @@ def _say_replies(db: Database, before: int, run_id: str) -> list[dict]:
     return replies
 
 
-def _say_spent_budgets(db: Database, settings: Settings) -> None:
+def _say_model_settings(db: Database, settings: Settings) -> None:
     """A spent daily budget switches replies to the offline provider and memory to patterns: said
     only in Dagster's log, it read as a model gone dull ("Noted.", QA helper-55). And a key set for
     a provider left offline."""

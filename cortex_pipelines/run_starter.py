@@ -68,10 +68,11 @@ def request_claim_file(db_path: Path) -> Path:
 
 def claim_run_request(db_path: Path, key: str, sensor: str) -> str | None:
     """Record that `sensor` requests a processing run for the messages `key` names, unless another
-    sensor did in the last REQUEST_GRACE_S: that sensor's name then. The daemon evaluates sensors
-    in parallel threads, and Dagster skips a repeated run key only per sensor: a reminder's firing
-    or a requeued message had the inbox, scheduler and supervision sensors each start a run for
-    the same messages in one tick (the extras lingered with nothing to do)."""
+    sensor did in the last REQUEST_GRACE_S: that sensor's name then. Dagster skips a repeated run
+    key only per sensor: a reminder's firing or a requeued message had the inbox, scheduler and
+    supervision sensors each start a run for the same messages in one tick (the extras lingered
+    with nothing to do), when the daemon evaluated them in parallel threads; "Test sensor" in the
+    UI still runs one beside the daemon."""
     with open(request_claim_file(db_path), "a+", encoding="utf-8") as claim:
         fcntl.flock(claim, fcntl.LOCK_EX)  # released as the file closes
         claim.seek(0)

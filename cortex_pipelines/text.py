@@ -170,7 +170,7 @@ FORGET_REQUEST = re.compile(FORGET_REQUEST_PATTERN, re.I | re.A)
 # which stays a request to forget, hidden. Three patterns DuckDB runs too (RE2: no lookaround), so
 # session.FORGET_REQUESTS hides exactly what `only_asks_to_forget` says.
 _RETRACTED = (
-    r"^\W*(?:(?:please|pls|can you|could you|would you)\s+)?(?:forget|unlearn|scratch|ignore|disregard) "
+    _ASKED + r"(?:forget|unlearn|scratch|ignore|disregard) "
     r"(?:that|this|it|what i (?:just )?(?:said|wrote))"
 )
 RETRACTION_PATTERN = _RETRACTED + r"(?:\s*[,;:–—.!-][\s,;:–—.!-]*|[ \t]*\n\s*)\w"

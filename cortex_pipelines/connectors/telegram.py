@@ -16,6 +16,8 @@ Text goes as plain text (a model's output is not valid MarkdownV2 or HTML) in pa
 the bot, or a chat or topic that is gone, dead-letters the reply. While Telegram cannot be reached
 (a network error, a 5xx), the leased replies are given back uncounted (POST /outbox/release) and
 the connector tries again after a pause that doubles up to 30 s: an outage uses up no attempts.
+A reply that keeps failing for FAILING_ALONE_AFTER_S while getUpdates answers is at fault itself:
+it is left to its lease, which counts.
 A part whose request reached Telegram but whose answer did not come within
 CORTEX_TELEGRAM_SEND_TIMEOUT was most likely delivered: it is noted as sent with a warning, since
 sending it again would most likely double it.

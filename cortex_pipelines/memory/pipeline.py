@@ -22,7 +22,7 @@ from cortex_pipelines.memory.extract import (
     extract_with_llm,
 )
 from cortex_pipelines.memory.recall_config import preset
-from cortex_pipelines.memory.updates import subject_of
+from cortex_pipelines.memory.updates import facts_about
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, cursors, facts, session, turn_vectors, updates, utcnow
 from cortex_pipelines.storage.facts import OP_HARVEST, FactDraft, norm_hash
@@ -294,12 +294,14 @@ def remember(
                 facts.reinforce(con, fact_id, extra.sources, extra.channels, extra.importance)
             report.new.append(fact_id)
         for draft in drafts:  # the extraction model named facts this one makes no longer true
-            for old_turn in updates.sources_of(con, list(draft.supersedes)):
-                if old_turn < min(draft.sources):  # only an earlier statement can be updated
+            if not draft.supersedes:
+                continue
+            said, sources = min(draft.sources), {f: updates.sources_of(con, [f]) for f in draft.supersedes}
+            for old_turn in sorted({turn for turns in sources.values() for turn in turns}):
+                if old_turn < said:  # only an earlier statement can be updated
                     updates.record(con, old_turn, draft.sources[-1], None)
             # each named fact itself, whatever else its statements held and whenever they were updated
-            said = min(draft.sources)
-            named = [f for f in draft.supersedes if max(updates.sources_of(con, [f]), default=said) < said]
+            named = [f for f, turns in sources.items() if max(turns, default=said) < said]
             updates.close_facts_by(con, named, draft.sources[-1])
 
     db.run(write)
@@ -376,7 +378,7 @@ def close_outdated_facts(db: Database, embedder: Embedder, margin: float) -> lis
     outdated, kept = [], []
     for candidates in together.values():
         drawn_with = candidates[0]["drawn_with"]
-        about = facts_about(embedder, " ".join(candidates[0]["newer"]), drawn_with, margin)
+        about = facts_about(embedder.encode_few, " ".join(candidates[0]["newer"]), drawn_with, margin)
         for fact in candidates:
             (outdated if fact["text"] in about else kept).append(fact)
 
@@ -385,18 +387,6 @@ def close_outdated_facts(db: Database, embedder: Embedder, margin: float) -> lis
         return updates.close_facts(con, outdated)
 
     return db.run(close)
-
-
-def facts_about(embedder: Embedder, change: str, drawn_together: list[str], margin: float) -> set[str]:
-    """Of facts one statement yielded, those a change is about: all of one alone; of several, those
-    whose cosine to the change's subject is within `margin` of the nearest."""
-    if len(drawn_together) <= 1:
-        return set(drawn_together)
-    vectors = embedder.encode_few([subject_of(change), *(subject_of(text) for text in drawn_together)])
-    cosines = vectors[1:] @ vectors[0]
-    return {
-        text for text, cosine in zip(drawn_together, cosines, strict=True) if cosine >= cosines.max() - margin
-    }
 
 
 def _by_model(db, complete, chunk: list[Turn], injected, report: WriteReport, log: Log) -> list[FactDraft]:

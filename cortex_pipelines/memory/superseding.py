@@ -13,12 +13,13 @@ from __future__ import annotations
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
-from cortex_pipelines.memory.pipeline import close_outdated_facts, facts_about
+from cortex_pipelines.memory.pipeline import close_outdated_facts
 from cortex_pipelines.memory.recall import Hit, recall
 from cortex_pipelines.memory.recall_config import preset
 from cortex_pipelines.memory.updates import (
     announces_change,
     changed_subject,
+    facts_about,
     subject_of,
     superseded_statement,
 )
@@ -67,7 +68,7 @@ def link_update(
         return []
 
     current = db.run(link)
-    about = facts_about(embedder, text, [f["text"] for f in current], config.update_fact_margin)
+    about = facts_about(embedder.encode_few, text, [f["text"] for f in current], config.update_fact_margin)
     named = [f["id"] for f in current if f["text"] in about]
     closed = db.run(updates.close_facts_by, named, session_id) if named else []
     closed += close_outdated_facts(db, embedder, config.update_fact_margin)

@@ -399,6 +399,21 @@ def superseded_statement(
     return list(earlier[best].sources), float(cosines[best])
 
 
+def facts_about(
+    encode: Callable[[list[str]], np.ndarray], change: str, drawn_together: list[str], margin: float
+) -> set[str]:
+    """Of facts one statement yielded, those a change is about: all of one alone; of several, those
+    whose cosine to the change's subject (unit vectors from `encode`) is within `margin` of the
+    nearest."""
+    if len(drawn_together) <= 1:
+        return set(drawn_together)
+    vectors = encode([subject_of(change), *(subject_of(text) for text in drawn_together)])
+    cosines = vectors[1:] @ vectors[0]
+    return {
+        text for text, cosine in zip(drawn_together, cosines, strict=True) if cosine >= cosines.max() - margin
+    }
+
+
 def newest_successors(
     links: list[tuple[int, int, str, str, str | None, datetime]],
 ) -> dict[int, Successor]:

@@ -295,12 +295,6 @@ def counts(con) -> dict[str, int]:
     return {state: int(rows.get(state, 0)) for state in BUS_STATES}
 
 
-# A message of a history imported with `cortex ingest --history`: stored completed, never attempted
-# (every message answered live was claimed at least once). health.py, loaded before this module,
-# spells it out too.
-IMPORTED_HISTORY = "source LIKE 'import:%' AND state = 'completed' AND attempts = 0"
-
-
 def due_pending(con) -> tuple[int, str]:
     """How many messages a processing run could take now, and a key that changes when they do."""
     row = con.execute(

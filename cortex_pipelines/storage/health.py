@@ -26,6 +26,11 @@ FREE_SPACE = "free some space, then run the command again"
 REMOUNT = "remount it read-write, then run the command again"
 WAIT = "stop the process that holds it (`cortex dev`, `cortex serve`, a run), then run the command again"
 
+# A bus message of a history imported with `cortex ingest --history`: stored completed, never
+# attempted (every message answered live was claimed at least once). Here, as this module loads
+# before the others of storage/.
+IMPORTED_HISTORY = "source LIKE 'import:%' AND state = 'completed' AND attempts = 0"
+
 # DuckDB's words for a file it cannot trust, and how to say it in a line.
 _DUCKDB_DAMAGE = [
     (re.compile(r"not a valid DuckDB database", re.I), "is not a DuckDB file any more (overwritten?)"),
@@ -258,8 +263,7 @@ def said_after(
     for channel, external_id, folder, history_file in con.execute(
         "SELECT channel, external_id, "
         "CASE WHEN source LIKE 'inbox/%/%' THEN split_part(source, '/', 2) ELSE '' END, "
-        "CASE WHEN source LIKE 'import:%' AND state = 'completed' AND attempts = 0 "
-        "THEN substr(source, 8) END FROM bus"
+        f"CASE WHEN {IMPORTED_HISTORY} THEN substr(source, 8) END FROM bus"
     ).fetchall():
         if (channel, external_id) in messages:
             continue

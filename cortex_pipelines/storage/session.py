@@ -7,8 +7,9 @@ import json
 from datetime import datetime
 
 from cortex_pipelines.storage import conversations
-from cortex_pipelines.storage.bus import IMPORTED_HISTORY, BusMessage, EnqueueResult, enqueue_rows
+from cortex_pipelines.storage.bus import BusMessage, EnqueueResult, enqueue_rows
 from cortex_pipelines.storage.db import utcnow
+from cortex_pipelines.storage.health import IMPORTED_HISTORY
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import (
     HIDDEN_FORGET_REQUEST_PATTERN,

@@ -71,22 +71,27 @@ def sources_of(con, fact_ids: list[int]) -> list[int]:
     return list(row[0] or []) if row else []
 
 
+# Of each fact ever closed, its newest closing: the statements that closed it (`closers`) and
+# whether they named the fact itself (`direct`, close_facts_by) rather than its statements' update.
+_NEWEST_CLOSING = """
+    SELECT fact_id,
+           arg_max(CAST(json_extract(detail, '$.by_messages') AS BIGINT[]), id) AS closers,
+           arg_max(coalesce(CAST(json_extract(detail, '$.direct') AS BOOLEAN), false), id) AS direct
+    FROM fact_events WHERE action = 'outdated' GROUP BY fact_id
+"""
+
+
 def fact_closers(con) -> list[tuple[int, int, str, str, str | None, datetime]]:
     """For each closed fact, the newest statement that closed it, as it stands: (fact id, its
     session id, text, channel, sender, said at). The statements' own successor is not enough: a
     change can close one fact of a statement an earlier change updated ("I work at the Beta Clinic
     now" after "I moved to Porto"). A closer no longer there (erased) is not returned."""
     return con.execute(
-        """
+        f"""
         SELECT c.fact_id, s.id, s.content, s.channel, s.sender, s.ts
-        FROM (
-            SELECT e.fact_id, arg_max(
-                       list_max(CAST(json_extract(e.detail, '$.by_messages') AS BIGINT[])), e.id
-                   ) AS session_id
-            FROM fact_events e JOIN facts f ON f.id = e.fact_id
-            WHERE e.action = 'outdated' AND f.status = 'active' AND f.valid_to IS NOT NULL
-            GROUP BY e.fact_id
-        ) c JOIN session s ON s.id = c.session_id
+        FROM ({_NEWEST_CLOSING}) c
+        JOIN facts f ON f.id = c.fact_id AND f.status = 'active' AND f.valid_to IS NOT NULL
+        JOIN session s ON s.id = list_max(c.closers)
         ORDER BY c.fact_id
         """
     ).fetchall()
@@ -193,14 +198,8 @@ def reopen_facts(con, erased_turns: list[int]) -> list[int]:
     stale = [
         r[0]
         for r in con.execute(
-            """
-            WITH latest AS (
-                SELECT fact_id,
-                       arg_max(CAST(json_extract(detail, '$.by_messages') AS BIGINT[]), id) AS closers,
-                       arg_max(coalesce(CAST(json_extract(detail, '$.direct') AS BOOLEAN), false), id)
-                           AS direct
-                FROM fact_events WHERE action = 'outdated' GROUP BY fact_id
-            ), unlinked AS (
+            f"""
+            WITH latest AS ({_NEWEST_CLOSING}), unlinked AS (
                 SELECT f.id FROM facts f, unnest(f.sources) AS src(session_id)
                 LEFT JOIN statement_updates u ON u.old_session_id = src.session_id
                 WHERE f.status = 'active' AND f.valid_to IS NOT NULL
