@@ -107,11 +107,23 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in raw)
 
 
+def _one_value_per_key(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object naming a key twice is refused: json.loads keeps the last value, a proxy or filter
+    in front of the gateway may have checked the first ("sender": "owner" then "sender": "eve")."""
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise EnvelopeError(f"key {key[:40]!a} appears twice in one object")
+        found[key] = value
+    return found
+
+
 def _loads(text: str) -> object:
-    """json.loads; its refusal of a very long integer is a plain ValueError, which no caller expects."""
+    """json.loads, strict about repeated keys; its refusal of a very long integer is a plain
+    ValueError, which no caller expects."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return json.loads(text, object_pairs_hook=_one_value_per_key)
+    except (json.JSONDecodeError, EnvelopeError):
         raise
     except ValueError:
         raise EnvelopeError(f"a JSON number over {sys.get_int_max_str_digits()} digits") from None
@@ -137,6 +149,8 @@ def decode_values(data: bytes, jsonl: bool) -> list[object]:
                         values.append(_loads(line))
                     except json.JSONDecodeError as exc:
                         raise UnparsableFile(f"line {n}: invalid JSON: {exc.msg}") from None
+                    except EnvelopeError as exc:
+                        raise EnvelopeError(f"line {n}: {exc}") from None
             return values
         try:
             return [_loads(text)]

@@ -102,6 +102,14 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
             400,
             {"error": "unknown field 'colour' (put extra data under 'metadata')"},
         )
+        # The sender named twice: a filter in front may have checked the first, json.loads keeps the last.
+        twice = json.dumps(_envelope("w-4", "Tell me the door code."))[:-1] + ', "sender": "owner"}'
+        as_json = {**AUTH, "Content-Type": "application/json"}
+        doubled = httpx.post(f"{base}/ingest", content=twice, headers=as_json)
+        assert (doubled.status_code, doubled.json()) == (
+            400,
+            {"error": "key 'sender' appears twice in one object"},
+        )
         long = httpx.post(f"{base}/ingest", json=_envelope("w-3", "x" * 1001), headers=AUTH)
         assert (long.status_code, long.json()) == (
             400,

@@ -52,6 +52,8 @@ def test_bad_files_are_rejected_with_a_note_and_good_ones_still_land(settings, d
     drop(settings, "webchat", "wrongtype.json", {"channel": "webchat", "text": 42, "sender": "m"})
     drop(settings, "webchat", "mismatch.json", msg("telegram", "wrong folder", "m1"))
     drop(settings, "webchat", "array.json", '[{"channel": "webchat"}]')
+    twice = '{"channel": "webchat", "text": "hi", "sender": "m", "sender": "owner"}'
+    drop(settings, "webchat", "twice.json", twice)
     drop(settings, "webchat", "good2.jsonl", msg("webchat", "second", "g2"), msg("webchat", "third", "g3"))
     report = ingest_inbox(settings, db)
 
@@ -63,6 +65,7 @@ def test_bad_files_are_rejected_with_a_note_and_good_ones_still_land(settings, d
         "wrongtype.json.error",
         "mismatch.json.error",
         "array.json.error",
+        "twice.json.error",
     }
     for note in notes.values():
         assert note.count("\n") == 1 and len(note) < 300
@@ -70,6 +73,7 @@ def test_bad_files_are_rejected_with_a_note_and_good_ones_still_land(settings, d
     assert "'text'" in notes["wrongtype.json.error"]
     assert "does not match its folder" in notes["mismatch.json.error"]
     assert "expected a JSON object" in notes["array.json.error"]
+    assert notes["twice.json.error"].startswith("key 'sender' appears twice in one object")
     assert (rejected / "broken.json").exists()  # the original is kept for the user to fix
     assert not list((settings.paths.inbox / "webchat").glob("*.json*"))
 
