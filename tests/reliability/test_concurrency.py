@@ -76,6 +76,7 @@ class Bystanders(threading.Thread):
         super().__init__(daemon=True)
         self.home, self.env = home, _env(home)
         self.stop = threading.Event()
+        self.each_kind_called = threading.Event()  # a pipeline done sooner must not stop them before
         self.calls: list[dict] = []
 
     def _call(self, kind: str, argv: list[str]) -> subprocess.CompletedProcess:
@@ -101,6 +102,8 @@ class Bystanders(threading.Thread):
                 self._call("recall", _cortex("recall", "passport renewal form", "--json"))
             if turn == 3:
                 self._call("materialize", _worker("materialize", "episodic_memory", "extracted_facts"))
+            if turn == 4:
+                self.each_kind_called.set()
 
 
 @pytest.mark.parametrize(
@@ -169,6 +172,7 @@ def test_four_producers_race_the_sensor_the_brain_and_the_cli(tmp_path, size):
                 time.sleep(0.5)  # the sensor's tick (5 s in the shipped definitions)
         elapsed = time.monotonic() - started
     finally:
+        bystanders.each_kind_called.wait(240)
         bystanders.stop.set()
         for proc in [*producers, *(r[0] for r in runs)]:
             if proc.poll() is None:

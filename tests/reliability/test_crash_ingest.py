@@ -24,7 +24,7 @@ from cortex_pipelines.instance import init_home
 from cortex_pipelines.storage import Database
 from tests.support.crash_worker import INGEST_POINTS, run_worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def _m(channel: str, ext: str | None, text: str) -> dict:

@@ -35,7 +35,7 @@ from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.facts import FactDraft
 from tests.support.crash_worker import HashEmbedder, run_worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 INDEXED_TURNS, NEW_TURNS = 400, 1100
 INDEXED_FACTS, EDITED, FORGOTTEN, NEW_FACTS = 300, 30, 10, 150

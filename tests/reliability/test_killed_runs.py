@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database
 from tests.support.dagster_dev import cli, cortex_dev, wait_for
 from tests.support.durability import assert_durable, fetch_all
+from tests.support.messages_server import MessagesServer, text
 from tests.support.sensors import evaluate
 
 pytestmark = pytest.mark.slow
@@ -192,50 +194,72 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     """While a live run holds the brain lane, a second `cortex run` waits, and Ctrl-C or SIGTERM
     stops it at once; the first run is untouched and answers everything. One left waiting then
     runs, and prints none of the first run's replies as its own."""
-    home = tmp_path / "home"
-    env = _env(home)
-    total = 300  # the first run must outlast the start-up of the two waiting ones
-    subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
-    _inbox_batch(home, total)
-    first = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
-    waiting: dict[signal.Signals, subprocess.Popen] = {}
-    try:
-        wait_for(lambda: _bus_states(home).get("completed", 0) > 0, 120, "the first run to answer")
-        waiting = {
-            sig: subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, start_new_session=True)
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        for sig, second in waiting.items():
-            out_lines: list[str] = []
-            while line := second.stdout.readline():
-                out_lines.append(line)
-                if "waiting for run" in line:
-                    break
-            assert first.poll() is None, "the first run ended before the others started waiting"
-            assert any("waiting for run" in line for line in out_lines), "".join(out_lines)
-            sent = time.monotonic()
-            second.send_signal(sig)
-            second.wait(timeout=60)
-            print(f"{sig.name}: stopped in {time.monotonic() - sent:.2f}s with {second.returncode}")
-            expected = 130 if sig == signal.SIGINT else -signal.SIGTERM
-            assert second.returncode == expected, second.stderr.read()
-            if sig == signal.SIGINT:
-                err_lines = second.stderr.read().strip().splitlines()
-                assert err_lines == ["cortex: interrupted while waiting for another run; nothing was started"]
-        patient = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, start_new_session=True)
-        waiting[signal.SIGCONT] = patient  # killed with the others if the test fails
-        assert first.wait(timeout=400) == 0, first.stdout.read()
-        said, _ = patient.communicate(timeout=300)
-        assert patient.returncode == 0, said
-        assert " ← #" not in said, said  # it answered nothing: every reply was the first run's
-    finally:
-        for proc in (first, *waiting.values()):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+    home, total = tmp_path / "home", 10
+    # The model answers the first request and keeps the next waiting until a third run waits too:
+    # the first run outlasts the start-up of the others however fast it answers.
+    all_waiting = threading.Event()
+
+    def answer(_body):
+        if len(server.requests) > 1:
+            all_waiting.wait(300)
+        return text("Noted.")
+
+    with MessagesServer(responder=answer) as server:
+        env = {**_env(home), **server.cortex_env()}
+        subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
+        _inbox_batch(home, total)
+        first = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, start_new_session=True)
+        waiting: dict[signal.Signals, subprocess.Popen] = {}
+        try:
+            wait_for(lambda: _bus_states(home).get("completed", 0) > 0, 120, "the first run to answer")
+            waiting = {
+                sig: subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True)
+                for sig in (signal.SIGINT, signal.SIGTERM)
+            }
+            for sig, second in waiting.items():
+                assert _waits(second), "it never said it was waiting"
+                assert first.poll() is None, "the first run ended before the others started waiting"
+                sent = time.monotonic()
+                second.send_signal(sig)
+                second.wait(timeout=60)
+                print(f"{sig.name}: stopped in {time.monotonic() - sent:.2f}s with {second.returncode}")
+                expected = 130 if sig == signal.SIGINT else -signal.SIGTERM
+                assert second.returncode == expected, second.stderr.read()
+                if sig == signal.SIGINT:
+                    err_lines = second.stderr.read().strip().splitlines()
+                    assert err_lines == [
+                        "cortex: interrupted while waiting for another run; nothing was started"
+                    ]
+            patient = subprocess.Popen(
+                _cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True,
+            )
+            waiting[signal.SIGCONT] = patient  # killed with the others if the test fails
+            said_first = _waits(patient)
+            all_waiting.set()
+            assert first.wait(timeout=400) == 0, first.stdout.read()
+            said, _ = patient.communicate(timeout=300)
+            assert patient.returncode == 0, said
+            assert said_first, "the last run never waited"
+            assert " ← #" not in said, said  # it answered nothing: every reply was the first run's
+        finally:
+            all_waiting.set()
+            for proc in (first, *waiting.values()):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
     assert _bus_states(home) == {"completed": total}
+
+
+def _waits(run: subprocess.Popen) -> list[str]:
+    """The lines a `cortex run` printed up to saying it waits for another run; [] if it ended first."""
+    said: list[str] = []
+    while line := run.stdout.readline():
+        said.append(line)
+        if "waiting for run" in line:
+            return said
+    return []
 
 
 @pytest.mark.timeout(400)
@@ -244,29 +268,39 @@ def test_ctrl_c_stops_an_answering_cortex_run_and_the_next_run_answers_the_rest(
     Python and never raised it: once a message had been answered the run went on to the end. And
     when Ctrl-C did land it was reported as a failed step ("`cortex doctor` checks the stores")
     with exit 1. Now it stops within seconds with exit 130 and one line saying what is left."""
-    home = tmp_path / "home"
-    env = _env(home)
-    total = 100  # answered at several a second: SIGINT lands with most still queued
-    subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
-    _inbox_batch(home, total)
-    proc = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        wait_for(lambda: _bus_states(home).get("completed", 0) >= 3, 180, "the run to answer a few")
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-        print(f"stopped {time.monotonic() - sent:.2f}s after SIGINT")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    said = [line for line in stderr.splitlines() if line.startswith("cortex:")]
-    assert proc.returncode == 130, stderr[-3000:]
-    assert len(said) == 1 and said[0].startswith("cortex: interrupted: "), said
-    assert said[0].endswith("left for the next `cortex run`"), said
-    assert _bus_states(home).get("completed", 0) < total
+    home, total, answered_freely = tmp_path / "home", 20, 3
+    # The model answers three requests and keeps the fourth waiting until the run has ended: Ctrl-C
+    # lands mid-batch however fast the run goes.
+    stopped = threading.Event()
 
-    final = subprocess.run(_cortex("run"), env=env, capture_output=True, text=True, timeout=600)
+    def answer(_body):
+        if len(server.requests) > answered_freely:
+            stopped.wait(300)
+        return text("Noted.")
+
+    with MessagesServer(responder=answer) as server:
+        env = {**_env(home), **server.cortex_env()}
+        subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
+        _inbox_batch(home, total)
+        proc = subprocess.Popen(_cortex("run"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            wait_for(lambda: len(server.requests) > answered_freely, 180, "the run to answer a few")
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+            print(f"stopped {time.monotonic() - sent:.2f}s after SIGINT")
+        finally:
+            stopped.set()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        said = [line for line in stderr.splitlines() if line.startswith("cortex:")]
+        assert proc.returncode == 130, stderr[-3000:]
+        assert len(said) == 1 and said[0].startswith("cortex: interrupted: "), said
+        assert said[0].endswith("left for the next `cortex run`"), said
+        assert 0 < _bus_states(home).get("completed", 0) <= answered_freely
+
+        final = subprocess.run(_cortex("run"), env=env, capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stdout[-2000:] + final.stderr[-2000:]
     assert_durable(home, Database(home / "cortex.duckdb"), total)
 
@@ -294,45 +328,69 @@ def _dead(pid: int) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path):
-    home = tmp_path / "home"
-    total = 60  # enough that answering goes on long after the kill
-    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
-        _inbox_batch(home, total)
-        run_id, pid = wait_for(lambda: _run_worker_pid(home), 180, "a process_messages run worker")
-        wait_for(lambda: _bus_states(home).get("completed", 0) >= 5, 120, "the run to answer a few")
-        answered = _bus_states(home).get("completed", 0)
-        files = list((home / "outbox" / "webchat").glob("*.json"))
-        # Replies reach the outbox folder as they commit, not after the whole drain.
-        assert len(files) >= answered - 1, (len(files), answered)
-        os.kill(pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        answered_at_kill = _bus_states(home).get("completed", 0)
-        # SIGKILL is delivered asynchronously: the worker is gone (or a zombie) moments later.
-        wait_for(lambda: _dead(pid), 10, "the killed run worker to die")
+def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path, monkeypatch):
+    home, total, answered_freely = tmp_path / "home", 20, 5
+    # The model answers five requests and keeps the sixth waiting until the kill: the run is killed
+    # mid-batch however fast it goes (under CI load it could otherwise answer all before the kill).
+    killed = threading.Event()
 
-        # The sensors notice the dead holder on their next tick (inbox: 5 s, supervision: 60 s),
-        # fail its run, free its slot and start a new run; before the fix nothing ever resumed.
-        wait_for(
-            lambda: _bus_states(home).get("completed", 0) > answered_at_kill + 1,
-            120,
-            "a new run to answer after the kill",
-        )
-        resumed_in = time.monotonic() - killed_at
+    def answer(_body):
+        if len(server.requests) > answered_freely:
+            killed.wait(300)
+        return text("Noted.")
 
-        def all_answered():
-            status = json.loads(cli("status", "--json", env=env).stdout)
-            return status["bus"]["completed"] == total
-
-        wait_for(all_answered, 300, "every message answered after the kill")
-        print(f"killed run {run_id[:8]} (pid {pid}) after {answered_at_kill} answers; answering "
-              f"resumed {resumed_in:.1f}s later, all {total} after {time.monotonic() - killed_at:.1f}s")
-        with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
-            dead = instance.get_run_by_id(run_id)
-            assert dead.status == DagsterRunStatus.FAILURE
-            # The run that answered the rest may still be lingering for more messages, holding the slot.
-            assert run_id not in _brain_slot_holders(instance)
+    with MessagesServer(responder=answer) as server:
+        for name, value in server.cortex_env().items():
+            monkeypatch.setenv(name, value)
+        try:
+            with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
+                _sigkill_a_run_mid_batch(home, env, total, answered_freely, killed)
+        finally:
+            killed.set()
     assert_durable(home, Database(home / "cortex.duckdb"), total)
+
+
+def _sigkill_a_run_mid_batch(
+    home: Path, env: dict, total: int, answered_freely: int, killed: threading.Event
+) -> None:
+    """Kill the run worker once it answered a few, then let the model answer again: the sensors
+    must fail the dead run, free its slot and start one that answers the rest."""
+    _inbox_batch(home, total)
+    run_id, pid = wait_for(lambda: _run_worker_pid(home), 180, "a process_messages run worker")
+    wait_for(lambda: _bus_states(home).get("completed", 0) >= answered_freely, 120, "the run to answer a few")
+    answered = _bus_states(home).get("completed", 0)
+    files = list((home / "outbox" / "webchat").glob("*.json"))
+    # Replies reach the outbox folder as they commit, not after the whole drain.
+    assert len(files) >= answered - 1, (len(files), answered)
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    answered_at_kill = _bus_states(home).get("completed", 0)
+    assert answered_at_kill < total
+    # SIGKILL is delivered asynchronously: the worker is gone (or a zombie) moments later.
+    wait_for(lambda: _dead(pid), 10, "the killed run worker to die")
+    killed.set()
+
+    # The sensors notice the dead holder on their next tick (inbox: 5 s, supervision: 60 s),
+    # fail its run, free its slot and start a new run; before the fix nothing ever resumed.
+    wait_for(
+        lambda: _bus_states(home).get("completed", 0) > answered_at_kill + 1,
+        120,
+        "a new run to answer after the kill",
+    )
+    resumed_in = time.monotonic() - killed_at
+
+    def all_answered():
+        status = json.loads(cli("status", "--json", env=env).stdout)
+        return status["bus"]["completed"] == total
+
+    wait_for(all_answered, 300, "every message answered after the kill")
+    print(f"killed run {run_id[:8]} (pid {pid}) after {answered_at_kill} answers; answering "
+          f"resumed {resumed_in:.1f}s later, all {total} after {time.monotonic() - killed_at:.1f}s")
+    with DagsterInstance.from_config(str(home / "dagster_home")) as instance:
+        dead = instance.get_run_by_id(run_id)
+        assert dead.status == DagsterRunStatus.FAILURE
+        # The run that answered the rest may still be lingering for more messages, holding the slot.
+        assert run_id not in _brain_slot_holders(instance)
 
 
 @pytest.mark.timeout(600)

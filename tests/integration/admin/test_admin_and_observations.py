@@ -159,12 +159,12 @@ def test_admin_chat_waits_for_a_running_drainer_instead_of_competing(settings, d
                 [socket.gethostname(), sleeper.pid],
             )
         )
-        released = threading.Timer(1.5, lambda: (sleeper.kill(), sleeper.wait()))  # the run ends
-        released.start()
         chat = AdminChat(settings, ScriptedClient("all quiet"), wait_s=60)
         started = time.monotonic()
+        released = threading.Timer(1.5, lambda: (sleeper.kill(), sleeper.wait()))  # the run ends
+        released.start()
         assert chat.ask("anything stuck?") == "all quiet"
-        assert time.monotonic() - started >= 1.4  # nothing ran while the other drainer held the lease
+        assert time.monotonic() - started >= 1.5  # nothing ran while the other drainer held the lease
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -470,7 +470,7 @@ def test_status_works_while_a_run_writes(tmp_path: Path) -> None:
         log.close()
     assert rc == 0, run_output
     assert len(observed) >= 5
-    assert during_run >= 3, f"only {during_run} status call(s) overlapped the run"
+    assert during_run >= 2, f"only {during_run} status call(s) overlapped the run"
 
     completed = [s["bus"]["completed"] for s in observed]
     assert completed == sorted(completed), completed  # progress never goes backwards

@@ -180,7 +180,7 @@ def test_a_drain_gives_back_the_replies_it_leased_but_did_not_send(tmp_path, tel
     with cortex_serve(home, tmp_path / "serve.log", **env) as (_base, _, proc):
         updates = [telegram.push_text(OWNER, OWNER, f"question {n}") for n in range(3)]
         wait_for(lambda: len(_ingested(db)) == 3, 30, "the updates to go in")
-        telegram.late_answers.append(2.0)  # the first reply is still being sent when SIGTERM comes
+        telegram.late_answers.append(6.0)  # the first reply is still being sent when SIGTERM comes
         _replies_to(db, {update: f"reply {n}" for n, update in enumerate(updates)})
         wait_for(lambda: len(telegram.sent) == 1, 30, "the first reply to be on its way")
         proc.send_signal(signal.SIGTERM)
@@ -206,7 +206,7 @@ def test_a_stop_while_a_429_is_waited_out_ends_at_once_and_gives_the_replies_bac
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         took = time.monotonic() - asked
-    assert took < 5, f"stopping took {took:.0f} s"
+    assert took < 15, f"stopping took {took:.0f} s"  # before: the whole 30 s grace
     assert telegram.sent == []
     assert _unsent(db) == [("reply 0", 0, None), ("reply 1", 0, None)]
 

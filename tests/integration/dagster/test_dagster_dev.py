@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -23,6 +24,7 @@ from tests.support.dagster_dev import (
     wait_for,
 )
 from tests.support.durability import assert_durable
+from tests.support.messages_server import MessagesServer, text
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +82,7 @@ def _processing_runs(home) -> list:
 
 
 def test_a_lingering_run_answers_the_conversation_then_ends_after_its_idle_window(tmp_path, monkeypatch):
-    linger_s = 15
+    linger_s = 25  # outlasts two instance reads and a `cortex send` on a loaded machine
     monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", str(linger_s))
     home = tmp_path / "home"
     with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
@@ -168,41 +170,57 @@ def test_cortex_dev_says_when_it_cannot_make_the_query_encoder(tmp_path, monkeyp
     assert "Not a directory" in said[0] and "warning: queries embed with torch" in said[0], said
 
 
-def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses_nothing(tmp_path):
+def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses_nothing(
+    tmp_path, monkeypatch
+):
     """QA: SIGTERM to `cortex dev` while its run answered a dropped batch failed the run with a
     traceback (DagsterExecutionInterruptedError, or DuckDB's "Query interrupted") and left the
     message being answered in `processing`, its attempt counted, until the next run. Now the run
     succeeds with what it answered, that message is back in the queue as if never tried, and the
     next `cortex run` answers the rest, each message once."""
-    home, total = tmp_path / "home", 80  # answered at several a second: the stop lands mid-batch
-    with cortex_dev(home, tmp_path / "dev.log") as (_port, env, proc):
-        folder = home / "inbox" / "webchat"
-        folder.mkdir(parents=True, exist_ok=True)
-        lines = [
-            json.dumps({"channel": "webchat", "sender": "user", "text": f"note {i}", "external_id": f"m{i}"})
-            for i in range(total)
-        ]
-        (folder / ".batch.jsonl.tmp").write_text("\n".join(lines) + "\n")
-        (folder / ".batch.jsonl.tmp").rename(folder / "batch.jsonl")
+    home, total, answered_freely = tmp_path / "home", 20, 3
+    # The model answers three requests, then keeps the fourth waiting until the stop is over: the
+    # stop lands mid-batch however fast the run goes (CI once saw all of a batch answered between a
+    # status poll and the signal, and `cortex dev` lets its run work on while Dagster stops).
+    stopped = threading.Event()
 
-        # The reply files a connector reads, not `cortex status`: a status call takes seconds, in
-        # which the run can answer the whole batch (CI once saw all 80 done before the stop).
-        replies = home / "outbox" / "webchat"
-        wait_for(lambda: replies.is_dir() and any(replies.glob("*.json")), 180, "the first reply")
-        groups = process_groups(proc)
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
-        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
-    said = (tmp_path / "dev.log").read_text()
-    assert proc.returncode == 0, said[-3000:]
-    for trace in ("Traceback", "Stack Trace", "RUN_FAILURE"):
-        assert trace not in said, said[-5000:]
-    assert {r.status for r in _processing_runs(home)} == {DagsterRunStatus.SUCCESS}
-    state = json.loads(cli("status", "--json", env=env).stdout)["bus"]
-    assert state["processing"] == 0 and state["failed"] == 0, state
-    assert 0 < state["completed"] < total, state  # stopped mid-batch
+    def answer(_body):
+        if len(server.requests) > answered_freely:
+            stopped.wait(300)
+        return text("Noted.")
 
-    cli("run", env=env, timeout=400)
+    with MessagesServer(responder=answer) as server:
+        for name, value in server.cortex_env().items():
+            monkeypatch.setenv(name, value)
+        try:
+            with cortex_dev(home, tmp_path / "dev.log") as (_port, env, proc):
+                folder = home / "inbox" / "webchat"
+                folder.mkdir(parents=True, exist_ok=True)
+                lines = [
+                    json.dumps(
+                        {"channel": "webchat", "sender": "user", "text": f"note {i}", "external_id": f"m{i}"}
+                    )
+                    for i in range(total)
+                ]
+                (folder / ".batch.jsonl.tmp").write_text("\n".join(lines) + "\n")
+                (folder / ".batch.jsonl.tmp").rename(folder / "batch.jsonl")
+                wait_for(lambda: len(server.requests) > answered_freely, 180, "the run to answer a few")
+                groups = process_groups(proc)
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=120)
+                wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+        finally:
+            stopped.set()
+        said = (tmp_path / "dev.log").read_text()
+        assert proc.returncode == 0, said[-3000:]
+        for trace in ("Traceback", "Stack Trace", "RUN_FAILURE"):
+            assert trace not in said, said[-5000:]
+        assert {r.status for r in _processing_runs(home)} == {DagsterRunStatus.SUCCESS}
+        state = json.loads(cli("status", "--json", env=env).stdout)["bus"]
+        assert state["processing"] == 0 and state["failed"] == 0, state
+        assert 0 < state["completed"] <= answered_freely, state  # stopped mid-batch
+
+        cli("run", env=env, timeout=400)
     assert_durable(home, Database(home / "cortex.duckdb"), total)  # every message answered once
     with Database(home / "cortex.duckdb").transaction() as con:
         assert con.execute("SELECT max(attempts) FROM bus").fetchone()[0] == 1  # the stop was no attempt

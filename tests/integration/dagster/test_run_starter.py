@@ -11,6 +11,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from dagster import DagsterInstance
@@ -63,8 +65,15 @@ def test_a_message_after_idle_starts_its_run_without_the_inbox_sensor(tmp_path, 
         wait_for(lambda: len(_replies(home)) == 1, 180, "the first reply")
         wait_for(lambda: all(r.is_finished for r in _processing_runs(home)), 120, "the run to end")
 
-        cli("send", "webchat", "what did I say about seats?", env=env)
-        cli("send", "webchat", "the Helios review moved to Friday", env=env)
+        # Handed in together, as a connector passes on two messages at once: two `cortex send`s
+        # take seconds each, and the run the first started could end its 2 s linger between them.
+        together = [
+            msg("webchat", "what did I say about seats?", "t-1", sender="user"),
+            msg("webchat", "the Helios review moved to Friday", "t-2", sender="user"),
+        ]
+        folder = home / "inbox" / "webchat"
+        (folder / ".together.jsonl.tmp").write_text("".join(json.dumps(m) + "\n" for m in together))
+        (folder / ".together.jsonl.tmp").rename(folder / "together.jsonl")
         wait_for(lambda: len(_replies(home)) == 3, 180, "both replies")
 
         runs = _processing_runs(home)
@@ -156,9 +165,11 @@ class ScriptedWebserver(Webserver):
     def __init__(self):
         super().__init__("http://127.0.0.1:9")
         self.busy, self.launched = True, 0
+        self.asked_where = threading.Event()  # the starter asks once it has looked at the inbox
 
     def ask(self, query: str, variables: dict | None = None) -> dict:
         if "repositoriesOrError" in query:
+            self.asked_where.set()
             repository = {
                 "name": "__repository__",
                 "location": {"name": "cortex_pipelines.definitions"},
@@ -174,8 +185,6 @@ class ScriptedWebserver(Webserver):
 def test_a_message_that_came_as_a_run_was_ending_gets_a_run_of_its_own(tmp_path):
     """A file that arrives while a run is alive is left to that run; if the run ends without
     taking it, the starter starts another within RECHECK_S, and none once the file is taken."""
-    import threading
-    import time
 
     inbox, db_path = tmp_path / "inbox", tmp_path / "cortex.duckdb"
     (inbox / "webchat").mkdir(parents=True)
@@ -185,7 +194,7 @@ def test_a_message_that_came_as_a_run_was_ending_gets_a_run_of_its_own(tmp_path)
     watching = threading.Thread(target=starter.watch, args=(stop,), daemon=True)
     watching.start()
     try:
-        time.sleep(0.3)
+        assert webserver.asked_where.wait(30)
         (inbox / "webchat" / "late.json").write_text(json.dumps(msg("webchat", "still there?", "1")))
         time.sleep(0.5)
         assert webserver.launched == 0  # the live run answers it

@@ -71,7 +71,7 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
     with cortex_serve(
         home,
         log_path,
-        CORTEX_OUTBOX_LEASE_SECONDS="1",
+        CORTEX_OUTBOX_LEASE_SECONDS="2",  # two polls a moment apart on a loaded machine
         CORTEX_OUTBOX_MAX_ATTEMPTS="3",
         CORTEX_MAX_TEXT_BYTES="1000",
     ) as (base, env, proc):
@@ -129,14 +129,14 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
         assert mine["attempt"] == 1 and mine["text"] and mine["lease_expires_at"].endswith("Z")
         other = replies[second.json()["id"]]
         assert _poll(base) == []  # both leased
-        time.sleep(1.2)
+        time.sleep(2.2)
         back = {m["id"]: m["attempt"] for m in _poll(base)}
         assert back == {mine["id"]: 2, other["id"]: 2}
         acked = httpx.post(f"{base}/outbox/ack", json={"ids": [mine["id"]]}, headers=AUTH)
         assert acked.json() == {"acked": 1}
-        time.sleep(1.2)
+        time.sleep(2.2)
         assert [(m["id"], m["attempt"]) for m in _poll(base)] == [(other["id"], 3)]
-        time.sleep(1.2)
+        time.sleep(2.2)
         assert _poll(base) == []  # three leases ran out: dead-lettered
         state = json.loads(cli("status", "--json", env=env).stdout)
         assert state["outbox"] == {"waiting": 0, "leased": 0, "dead_lettered": 1}

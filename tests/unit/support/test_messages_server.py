@@ -113,11 +113,11 @@ def test_repeated_500_exhausts_retries(messages_server: MessagesServer) -> None:
 
 
 def test_delay_longer_than_timeout_raises(messages_server: MessagesServer) -> None:  # noqa: F811
-    messages_server.script(delay(2, then=text("late")))
+    messages_server.script(delay(10, then=text("late")))
     started = time.monotonic()
     with pytest.raises(anthropic.APITimeoutError):
         _ask(_client(messages_server, timeout=0.5, max_retries=0))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5
 
 
 def test_responder_fallback_and_no_reply() -> None:
