@@ -317,6 +317,9 @@ class TelegramConnector:
                 replies = await gateway.poll(CHANNEL, BATCH)
                 waiting = await self._deliver_all(bot, gateway, replies)
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                if self.stopping.is_set():  # the gateway went first: nothing is retried
+                    self._say(f"telegram: gateway unavailable while stopping ({type(exc).__name__})")
+                    return
                 self._say(f"telegram: gateway unavailable ({type(exc).__name__}); retrying in {pause:.0f} s")
                 await self._pause(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)

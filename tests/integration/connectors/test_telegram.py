@@ -359,3 +359,22 @@ def test_replies_that_cannot_be_given_back_on_a_stop_are_said_and_left_to_their_
     assert said == [
         "telegram: could not give back 2 unsent reply(ies) (ConnectError); they wait out their lease"
     ]
+
+
+def test_a_gateway_gone_as_the_connector_stops_is_not_said_to_be_retried(tmp_path):
+    """`cortex serve` stopping its gateway under a connector that was polling it: the log said
+    "gateway unavailable; retrying in 1 s" just before the connector exited (helper-59)."""
+    from cortex_pipelines.config import load_settings
+    from cortex_pipelines.connectors.telegram import TelegramConnector
+
+    settings = load_settings(tmp_path / "home", telegram_token=TOKEN, ingest_api_key="k" * 16)
+    said = []
+    connector = TelegramConnector(settings, "http://127.0.0.1:9", say=said.append)
+
+    class GoneAsTheStopComes:
+        async def poll(self, channel: str, limit: int) -> list[dict]:
+            connector.stopping.set()
+            raise httpx.ConnectError("connection refused")
+
+    asyncio.run(asyncio.wait_for(connector._outbound(None, GoneAsTheStopComes()), 10))
+    assert said == ["telegram: gateway unavailable while stopping (ConnectError)"]
