@@ -132,6 +132,11 @@ def reply_channel(msg: BusMessage) -> str:
     return msg.channel
 
 
+def _call_keys(calls: list[ToolCall]) -> set[tuple[str, str]]:
+    """Tool calls as (name, input) pairs, so the same call with the same input compares equal."""
+    return {(c.name, json.dumps(c.input, sort_keys=True, default=str)) for c in calls}
+
+
 def _past_deadline(context: Context) -> list[dict]:
     """The failed ops the owner is to be told of: work past its deadline. An op orphaned by a crash
     is not: the retried message delegates it again ("orphaned from prior session" had opened the
@@ -443,18 +448,25 @@ class Brain:
         runner = ToolRunner(self.db, self.settings, msg, context.session_id, self.inspect)
         rounds = self.settings.max_tool_rounds
         tools = tools_for(self.settings, msg.channel, speaks_for_owner(self.settings, msg))
+        made: set[tuple[str, str]] = set()
+        in_circles = False
         for round_no in range(rounds + 1):
             request = LLMRequest(
                 system=context.system,
                 stable_system=tuple(context.stable),
                 messages=messages,
                 tools=tools,
-                allow_tools=round_no < rounds,
+                allow_tools=round_no < rounds and not in_circles,
                 max_tokens=self.settings.max_output_tokens,
                 hints=hints,
             )
             response = self._call(request, msg.id, report)
             if response.tool_calls and request.allow_tools:
+                # A round of nothing but calls already made, with the same input, learns nothing
+                # new: the next round is asked for the answer, not after every round is spent.
+                calls = _call_keys(response.tool_calls)
+                in_circles = calls <= made
+                made |= calls
                 results = []
                 for call in response.tool_calls:
                     content, is_error = runner.run(call)
@@ -475,7 +487,7 @@ class Brain:
                 continue
             if not response.text:
                 if response.tool_calls:
-                    raise LLMError(f"the model kept calling tools after {rounds} rounds")
+                    raise LLMError(f"the model kept calling tools after {round_no} round(s)")
                 raise LLMError("the model returned an empty response")
             return response
         raise AssertionError("unreachable")  # pragma: no cover

@@ -118,11 +118,22 @@ def test_unknown_tools_and_bad_tool_input_become_error_results(settings, db):
 
 def test_tool_rounds_are_capped(settings, db):
     _queue(settings, db, msg("webchat", "loop forever", "1"))
-    llm = ScriptedClient(*[ToolCall(f"t{i}", "memory_query", {"query": "x"}) for i in range(10)])
+    llm = ScriptedClient(*[ToolCall(f"t{i}", "memory_query", {"query": f"x{i}"}) for i in range(10)])
     report = Brain(db, settings, llm).drain()
     assert len(llm.requests) == settings.max_tool_rounds + 1
     assert llm.requests[-1].allow_tools is False
     assert report.retried == 1  # no usable answer: the message is retried later, not dropped
+
+
+def test_a_model_repeating_the_same_tool_call_is_asked_for_its_answer_at_once(settings, db):
+    """The same memory_query again and again took every round (six calls, then a retry of all six):
+    a round of nothing but calls already made ends the tool rounds."""
+    _queue(settings, db, msg("webchat", "where do I live?", "1"))
+    same = [ToolCall(f"t{i}", "memory_query", {"query": "home", "k": 3}) for i in range(2)]
+    llm = ScriptedClient(*same, "You live in Porto.")
+    report = Brain(db, settings, llm).drain()
+    assert [r.allow_tools for r in llm.requests] == [True, True, False]
+    assert report.completed == 1 and db.run(outbox.waiting)[0]["text"] == "You live in Porto."
 
 
 def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(settings, db):

@@ -249,3 +249,21 @@ def test_a_tool_call_whose_input_is_no_object_is_answered_without_a_warning(sett
     assert "Warning" not in run.stderr, run.stderr
     echoed = messages_server.requests[1]["messages"][-2]["content"][-1]
     assert echoed == {"type": "tool_use", "id": "toolu_1", "name": "memory_query", "input": {}}
+
+
+def test_a_model_going_round_in_tool_calls_is_asked_for_its_answer_after_a_repeat(settings, messages_server):
+    """A model that asks memory_query for the same thing again and again was given every tool round
+    (six requests an attempt, and each retry six more). Once a round repeats calls already made, the
+    next request allows no tool, and the answer it gives is sent."""
+
+    def going_round(body):
+        if body.get("tool_choice") == {"type": "none"}:
+            return text("You like window seats.")
+        return tool_use("memory_query", {"query": "seat preference"})
+
+    messages_server.responder = going_round
+    cortex("send", "webchat", "Which seat do I like?", home=settings.home)
+    run = cortex("run", home=settings.home, env=messages_server.cortex_env())
+    assert "You like window seats." in run.stdout
+    answering = [r for r in messages_server.requests if "tools" in r]  # not the memory assets' calls
+    assert [r.get("tool_choice") for r in answering] == [None, None, {"type": "none"}]
