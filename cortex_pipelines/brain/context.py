@@ -226,6 +226,12 @@ def _not_the_owner(sender: str | None) -> str:
     return f"{one_line(sender or 'unknown sender', 40)} (not the owner)"
 
 
+def _quoted(text: str, limit: int) -> str:
+    """Untrusted text to go inside double quotes in the prompt: one line, and no quote of its own
+    can close the quotation and go on as the prompt."""
+    return one_line(text, limit).replace('"', '\\"')
+
+
 def _who_said(settings: Settings, channel: str, sender: str | None) -> str:
     """The user only for the owner: a stranger's words, or a router result, must not read as the
     user's."""
@@ -282,12 +288,13 @@ def assemble(
     background = []
     said = last_said(con) if active else {}
     for state in active[: settings.background_max_lines]:
-        summary = state["summary"]
-        if not summary:
+        if state["summary"]:
+            # written by a model from that conversation's turns, a stranger's among them: quoted too
+            summary = f'summary: "{_quoted(state["summary"], 400)}"'
+        else:
             sender, last = said.get(state["conversation"], (None, None))
             who = _who_said(settings, state["channel"], sender)
-            quoted = one_line(last, 100).replace('"', '\\"') if last else None
-            summary = f'{who} said: "{quoted}"' if quoted else "no messages"
+            summary = f'{who} said: "{_quoted(last, 100)}"' if last else "no messages"
         label = one_line(state["conversation"], 80)
         background.append(f"[{label}] {summary} (last: {state['last_message_at']:%Y-%m-%d %H:%M})")
     if len(active) > settings.background_max_lines:
