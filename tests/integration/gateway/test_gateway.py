@@ -74,9 +74,11 @@ def test_gateway_ingests_leases_acks_and_dead_letters(tmp_path):
         CORTEX_OUTBOX_LEASE_SECONDS="2",  # two polls a moment apart on a loaded machine
         CORTEX_OUTBOX_MAX_ATTEMPTS="3",
         CORTEX_MAX_TEXT_BYTES="1000",
+        CORTEX_TELEGRAM_TOKEN="",  # as a template leaves it: no Telegram, as unset
     ) as (base, env, proc):
         health = httpx.get(f"{base}/health").json()
         assert health["status"] == "ok" and health["warmup"] == "cold" and health["bus"]["pending"] == 0
+        assert health["connectors"] == {}
         assert {"version", "uptime_s"} <= health.keys()
         assert httpx.get(f"{base}/docs").status_code == 200
         assert "/outbox/poll" in httpx.get(f"{base}/openapi.json").json()["paths"]
