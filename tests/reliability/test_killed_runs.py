@@ -29,7 +29,7 @@ from cortex_pipelines.sensors.inbox import inbox_sensor
 from cortex_pipelines.storage import Database
 from tests.support.dagster_dev import cli, cortex_dev, wait_for
 from tests.support.durability import assert_durable, fetch_all
-from tests.support.messages_server import MessagesServer, text
+from tests.support.messages_server import model_held_after
 from tests.support.sensors import evaluate
 
 pytestmark = pytest.mark.slow
@@ -195,16 +195,9 @@ def test_a_waiting_cortex_run_honours_sigint_and_sigterm(tmp_path):
     stops it at once; the first run is untouched and answers everything. One left waiting then
     runs, and prints none of the first run's replies as its own."""
     home, total = tmp_path / "home", 10
-    # The model answers the first request and keeps the next waiting until a third run waits too:
-    # the first run outlasts the start-up of the others however fast it answers.
-    all_waiting = threading.Event()
-
-    def answer(_body):
-        if len(server.requests) > 1:
-            all_waiting.wait(300)
-        return text("Noted.")
-
-    with MessagesServer(responder=answer) as server:
+    # The model keeps the second request waiting until a third run waits too: the first run
+    # outlasts the start-up of the others however fast it answers.
+    with model_held_after(1) as (server, all_waiting):
         env = {**_env(home), **server.cortex_env()}
         subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
         _inbox_batch(home, total)
@@ -269,16 +262,9 @@ def test_ctrl_c_stops_an_answering_cortex_run_and_the_next_run_answers_the_rest(
     when Ctrl-C did land it was reported as a failed step ("`cortex doctor` checks the stores")
     with exit 1. Now it stops within seconds with exit 130 and one line saying what is left."""
     home, total, answered_freely = tmp_path / "home", 20, 3
-    # The model answers three requests and keeps the fourth waiting until the run has ended: Ctrl-C
-    # lands mid-batch however fast the run goes.
-    stopped = threading.Event()
-
-    def answer(_body):
-        if len(server.requests) > answered_freely:
-            stopped.wait(300)
-        return text("Noted.")
-
-    with MessagesServer(responder=answer) as server:
+    # The model keeps the fourth request waiting until the run has ended: Ctrl-C lands mid-batch
+    # however fast the run goes.
+    with model_held_after(answered_freely) as (server, stopped):
         env = {**_env(home), **server.cortex_env()}
         subprocess.run(_cortex("init"), env=env, check=True, capture_output=True)
         _inbox_batch(home, total)
@@ -330,23 +316,13 @@ def _dead(pid: int) -> bool:
 @pytest.mark.timeout(600)
 def test_sigkill_of_a_cortex_dev_run_is_recovered_by_the_sensors(tmp_path, monkeypatch):
     home, total, answered_freely = tmp_path / "home", 20, 5
-    # The model answers five requests and keeps the sixth waiting until the kill: the run is killed
-    # mid-batch however fast it goes (under CI load it could otherwise answer all before the kill).
-    killed = threading.Event()
-
-    def answer(_body):
-        if len(server.requests) > answered_freely:
-            killed.wait(300)
-        return text("Noted.")
-
-    with MessagesServer(responder=answer) as server:
+    # The model keeps the sixth request waiting until the kill: the run is killed mid-batch however
+    # fast it goes (under CI load it could otherwise answer all before the kill).
+    with model_held_after(answered_freely) as (server, killed):
         for name, value in server.cortex_env().items():
             monkeypatch.setenv(name, value)
-        try:
-            with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
-                _sigkill_a_run_mid_batch(home, env, total, answered_freely, killed)
-        finally:
-            killed.set()
+        with cortex_dev(home, tmp_path / "dev.log") as (_port, env, _proc):
+            _sigkill_a_run_mid_batch(home, env, total, answered_freely, killed)
     assert_durable(home, Database(home / "cortex.duckdb"), total)
 
 

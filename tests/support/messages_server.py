@@ -447,3 +447,23 @@ def _make_handler(server: MessagesServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+@contextlib.contextmanager
+def model_held_after(answered: int, reply: str = "Noted."):
+    """A server whose model answers the first `answered` requests at once and keeps every later one
+    waiting until the yielded event is set (at the latest on leaving): a signal sent to a run once
+    `len(server.requests) > answered` lands mid-batch however fast the run goes. Yields (server,
+    release)."""
+    release = threading.Event()
+
+    def answer(_body: dict[str, Any]) -> Reply:
+        if len(server.requests) > answered:
+            release.wait(300)
+        return text(reply)
+
+    with MessagesServer(responder=answer) as server:
+        try:
+            yield server, release
+        finally:
+            release.set()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -24,7 +23,7 @@ from tests.support.dagster_dev import (
     wait_for,
 )
 from tests.support.durability import assert_durable
-from tests.support.messages_server import MessagesServer, text
+from tests.support.messages_server import model_held_after
 
 pytestmark = pytest.mark.slow
 
@@ -179,17 +178,10 @@ def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses
     succeeds with what it answered, that message is back in the queue as if never tried, and the
     next `cortex run` answers the rest, each message once."""
     home, total, answered_freely = tmp_path / "home", 20, 3
-    # The model answers three requests, then keeps the fourth waiting until the stop is over: the
-    # stop lands mid-batch however fast the run goes (CI once saw all of a batch answered between a
-    # status poll and the signal, and `cortex dev` lets its run work on while Dagster stops).
-    stopped = threading.Event()
-
-    def answer(_body):
-        if len(server.requests) > answered_freely:
-            stopped.wait(300)
-        return text("Noted.")
-
-    with MessagesServer(responder=answer) as server:
+    # The model keeps the fourth request waiting until the stop is over: the stop lands mid-batch
+    # however fast the run goes (CI once saw all of a batch answered between a status poll and the
+    # signal, and `cortex dev` lets its run work on while Dagster stops).
+    with model_held_after(answered_freely) as (server, stopped):
         for name, value in server.cortex_env().items():
             monkeypatch.setenv(name, value)
         try:
