@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 from cortex_pipelines import clock
 from cortex_pipelines.config import Settings
 from cortex_pipelines.llm.base import estimate_tokens
+from cortex_pipelines.memory.compaction import SUMMARY_MAX_CHARS
 from cortex_pipelines.memory.recall import Hit
 from cortex_pipelines.publish.safe import one_line
 from cortex_pipelines.storage import conversations, utcnow
@@ -288,9 +289,10 @@ def assemble(
     background = []
     said = last_said(con) if active else {}
     for state in active[: settings.background_max_lines]:
-        if state["summary"]:
-            # written by a model from that conversation's turns, a stranger's among them: quoted too
-            summary = f'summary: "{_quoted(state["summary"], 400)}"'
+        if (state["summary"] or "").strip():
+            # written by a model from that conversation's turns, a stranger's among them: quoted too,
+            # and whole (stored at most SUMMARY_MAX_CHARS; escaping may lengthen it)
+            summary = f'summary: "{_quoted(state["summary"], 2 * SUMMARY_MAX_CHARS)}"'
         else:
             sender, last = said.get(state["conversation"], (None, None))
             who = _who_said(settings, state["channel"], sender)

@@ -132,9 +132,10 @@ def reply_channel(msg: BusMessage) -> str:
     return msg.channel
 
 
-def _call_keys(calls: list[ToolCall]) -> set[tuple[str, str]]:
-    """Tool calls as (name, input) pairs, so the same call with the same input compares equal."""
-    return {(c.name, json.dumps(c.input, sort_keys=True, default=str)) for c in calls}
+def _outcome(call: ToolCall, content: str, is_error: bool) -> tuple[str, str, str, bool]:
+    """A tool call and what it gave, so that the same call with the same input and the same result
+    compares equal."""
+    return call.name, json.dumps(call.input, sort_keys=True, default=str), content, is_error
 
 
 def _past_deadline(context: Context) -> list[dict]:
@@ -448,7 +449,7 @@ class Brain:
         runner = ToolRunner(self.db, self.settings, msg, context.session_id, self.inspect)
         rounds = self.settings.max_tool_rounds
         tools = tools_for(self.settings, msg.channel, speaks_for_owner(self.settings, msg))
-        made: set[tuple[str, str]] = set()
+        made: set[tuple[str, str, str, bool]] = set()
         in_circles = False
         for round_no in range(rounds + 1):
             request = LLMRequest(
@@ -462,15 +463,11 @@ class Brain:
             )
             response = self._call(request, msg.id, report)
             if response.tool_calls and request.allow_tools:
-                # A round of nothing but calls already made, with the same input, learns nothing
-                # new: the next round is asked for the answer, not after every round is spent.
-                calls = _call_keys(response.tool_calls)
-                in_circles = calls <= made
-                made |= calls
-                results = []
+                results, outcomes = [], set()
                 for call in response.tool_calls:
                     content, is_error = runner.run(call)
                     self._log_tool_call(msg, call, content, is_error)
+                    outcomes.add(_outcome(call, content, is_error))
                     results.append(
                         {
                             "type": "tool_result",
@@ -479,6 +476,11 @@ class Brain:
                             "is_error": is_error,
                         }
                     )
+                # A round of nothing but calls already made, with the same input and the same
+                # result, learns nothing new: the next round asks for the answer, not after every
+                # round is spent. (A repeat that did something, "unpin the first" twice, differs.)
+                in_circles = outcomes <= made
+                made |= outcomes
                 messages = [
                     *messages,
                     {"role": "assistant", "content": response.content},

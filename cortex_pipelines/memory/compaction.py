@@ -21,6 +21,7 @@ from cortex_pipelines.publish.safe import one_line, redact_secrets
 from cortex_pipelines.storage import Database, published, summaries, utcnow
 
 SNAPSHOT_TURNS = 12
+SUMMARY_MAX_CHARS = 500  # a model's summary is cut here when stored; the prompt shows it whole
 SUMMARY_SYSTEM = """Summarize what this conversation is about and its current focus in one or two \
 sentences. Use only what the turns say. Update the previous summary if one is given."""
 
@@ -140,6 +141,6 @@ def _summarize(
     )
     response = complete_recorded(db, llm, request, asset="channel_summaries")
     report.llm_calls += 1
-    return " ".join(redact_secrets(response.text).split())[:500] or _offline_summary(
+    return " ".join(redact_secrets(response.text).split())[:SUMMARY_MAX_CHARS] or _offline_summary(
         turns, previous, settings
     )

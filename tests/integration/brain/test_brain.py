@@ -14,6 +14,7 @@ from cortex_pipelines.llm.base import LLMError, LLMRefused, ToolCall
 from cortex_pipelines.llm.offline import OfflineClient
 from cortex_pipelines.proactive.supervision import release_stopped_work
 from cortex_pipelines.storage import bus, lease, outbox, utcnow
+from cortex_pipelines.storage.session import add_pin
 from tests.support.inbox import drop, msg
 from tests.support.scripted_llm import ScriptedClient
 
@@ -134,6 +135,18 @@ def test_a_model_repeating_the_same_tool_call_is_asked_for_its_answer_at_once(se
     report = Brain(db, settings, llm).drain()
     assert [r.allow_tools for r in llm.requests] == [True, True, False]
     assert report.completed == 1 and db.run(outbox.waiting)[0]["text"] == "You live in Porto."
+
+
+def test_a_repeated_tool_call_that_did_something_new_keeps_the_tools(settings, db):
+    """"Unpin the first three" is the same call three times, each removing another pin: not going round."""
+    _queue(settings, db, msg("webchat", "unpin the first three", "1"))
+    for text in ("Gate code changes on Friday", "Dentist on the 3rd", "Call Ana back"):
+        db.run(add_pin, text, None)
+    unpin = [ToolCall(f"t{i}", "pin_remove", {"position": 1}) for i in range(3)]
+    llm = ScriptedClient(*unpin, "Unpinned the first three.")
+    Brain(db, settings, llm).drain()
+    assert [r.allow_tools for r in llm.requests] == [True, True, True, True]
+    assert [r[0] for r in db.query("SELECT text FROM pins")] == []
 
 
 def test_failing_llm_is_retried_then_failed_and_the_user_is_told_next_turn(settings, db):
