@@ -3,6 +3,8 @@ then fails the message visibly (the user hears about it on the next turn) and go
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from cortex_pipelines.brain.loop import Brain
@@ -100,10 +102,11 @@ def test_malformed_and_unknown_tool_calls_are_answered_with_errors(settings, db,
 def test_more_than_five_tool_rounds_end_without_tools(settings, db, messages_server):
     s = _settings(settings, messages_server, max_attempts=1)
     _queue(s, db, "loop")
+    asked = itertools.count()  # a new query each round: a repeated one would end the rounds sooner
     messages_server.responder = lambda body: (
         text("giving up on tools")
         if body.get("tool_choice", {}).get("type") == "none"
-        else tool_use("memory_query", {"query": "again"})
+        else tool_use("memory_query", {"query": f"again {next(asked)}"})
     )
     report = Brain(db, s, make_client(s)).drain()
     assert report.completed == 1
