@@ -292,7 +292,7 @@ def run(
     from cortex_pipelines.assets.brain import BRAIN_POOL
     from cortex_pipelines.assets.memory import MEMORY_POOL
     from cortex_pipelines.definitions import defs
-    from cortex_pipelines.lanes import in_process_tags, reap_dead_runs, wait_for_pools
+    from cortex_pipelines.lanes import forgotten_steps_woken, in_process_tags, reap_dead_runs, wait_for_pools
     from cortex_pipelines.memory.embedder import embedder_for
     from cortex_pipelines.memory.pipeline import unindexed_turns
     from cortex_pipelines.memory.vectors import vector_store
@@ -325,13 +325,14 @@ def run(
         started = utcnow()
         run_id = str(uuid.uuid4())  # Dagster's kind of id, known before the run records its replies
         try:
-            result = defs.resolve_job_def("cortex_main").execute_in_process(
-                instance=instance,
-                raise_on_error=False,
-                tags=in_process_tags(),
-                run_config={"loggers": {"console": {"config": {"log_level": level}}}},
-                run_id=run_id,
-            )
+            with forgotten_steps_woken(instance, pools):
+                result = defs.resolve_job_def("cortex_main").execute_in_process(
+                    instance=instance,
+                    raise_on_error=False,
+                    tags=in_process_tags(),
+                    run_config={"loggers": {"console": {"config": {"log_level": level}}}},
+                    run_id=run_id,
+                )
         except KeyboardInterrupt:  # between steps, where Dagster does not turn it into a failure
             result = None
         finally:  # before the one-line error of a run that failed on its way (a full disk)

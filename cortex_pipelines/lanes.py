@@ -15,6 +15,11 @@ from the moment it is created; so a run whose process is gone is failed here and
 whether it was killed before its first event (left NOT_STARTED), mid-step, or while it lingered
 for messages (brain/linger.py).
 
+Dagster can also forget a live step waiting for a pool slot: a step that finds the pool full queues
+itself in a second transaction, and a slot freed between the two is handed to nobody, so the step
+waits for ever (in CI, one of two `cortex run`s started together on a fresh home hung so). Whatever
+reaps dead runs also hands such a free slot on, and `cortex run` does it while its job runs.
+
 Only runs on this machine can be judged by pid: with any launcher other than Dagster's default
 (which runs every run on the code server's host) nothing is reaped, and run monitoring stays the
 only safety net.
@@ -23,8 +28,11 @@ only safety net.
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from dagster import (
@@ -39,6 +47,7 @@ from dagster import (
 )
 from dagster._core.launcher import DefaultRunLauncher
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from sqlalchemy.exc import SQLAlchemyError
 
 from cortex_pipelines import processes
 from cortex_pipelines.config import Paths, cortex_home
@@ -164,7 +173,8 @@ def _creator(record: RunRecord) -> tuple[int, float] | None:
 def reap_dead_runs(instance: DagsterInstance, pools: Iterable[str] = ()) -> list[DeadRun]:
     """Fail every in-flight run whose process is gone, and every NOT_STARTED one whose creator
     (PID_TAG) is gone, and free its pool slots; free the slots that finished runs still hold in
-    `pools`. Safe to call from several processes at once."""
+    `pools`, and hand a free slot to a step Dagster forgot. Safe to call from several processes at
+    once."""
     if not isinstance(instance.run_launcher, DefaultRunLauncher):
         return []
     dead: list[DeadRun] = []
@@ -182,11 +192,54 @@ def reap_dead_runs(instance: DagsterInstance, pools: Iterable[str] = ()) -> list
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         dead.append(DeadRun(run.run_id, run.job_name, found[0]))
     for pool in pools:
+        freed = False
         for run_id in instance.event_log_storage.get_concurrency_info(pool).active_run_ids:
             holder = instance.get_run_by_id(run_id)
             if holder is None or holder.is_finished:
-                instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+                instance.event_log_storage.free_concurrency_slots_for_run(run_id)  # hands it on
+                freed = True
+        if not freed:
+            wake_forgotten_steps(instance, [pool])
     return dead
+
+
+def wake_forgotten_steps(instance: DagsterInstance, pools: Iterable[str]) -> list[str]:
+    """Hand a free slot to the first step queued for it, in each of `pools` where steps wait while
+    a slot is free and assigned to none of them: the slot was freed between a step's look at the
+    pool and its joining the queue, and Dagster hands a slot on only as it is freed. Returns those
+    pools. A slot handed on twice is harmless: a step claims the slot itself, so the second waits."""
+    storage = instance.event_log_storage
+    woken = []
+    for pool in pools:
+        info = storage.get_concurrency_info(pool)
+        assigned = sum(1 for step in info.pending_steps if step.assigned_timestamp is not None)
+        waiting = len(info.pending_steps) - assigned
+        if waiting and info.slot_count > assigned:
+            storage.assign_pending_steps([pool])
+            woken.append(pool)
+    return woken
+
+
+@contextmanager
+def forgotten_steps_woken(
+    instance: DagsterInstance, pools: Iterable[str], every_s: float = 1.0
+) -> Iterator[None]:
+    """While the block runs (a job this process executes), wake forgotten steps every `every_s`:
+    nothing else does for a `cortex run` waiting on another's slot when no `cortex dev` runs."""
+    pools, stop = list(pools), threading.Event()
+
+    def keep_waking() -> None:
+        while not stop.wait(every_s):
+            with suppress(SQLAlchemyError, sqlite3.Error):  # a busy index database: looked at next turn
+                wake_forgotten_steps(instance, pools)
+
+    thread = threading.Thread(target=keep_waking, name="cortex-pool-waker", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def live_holders(instance: DagsterInstance, pools: Iterable[str]) -> list[str]:
