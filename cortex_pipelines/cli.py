@@ -15,7 +15,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
@@ -23,8 +23,6 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from cortex_pipelines import clock, delivery
-from cortex_pipelines.admin import doctor as checkup
-from cortex_pipelines.admin.erase import shorten
 from cortex_pipelines.clock import ClockError
 from cortex_pipelines.config import ConfigError, Paths, Settings, cortex_home, load_settings, parse_owners
 from cortex_pipelines.files import private_umask, write_atomic
@@ -41,24 +39,34 @@ from cortex_pipelines.instance import (
     status,
 )
 from cortex_pipelines.llm import cost
-from cortex_pipelines.memory import control
-from cortex_pipelines.memory.control import ControlError
-from cortex_pipelines.memory.recall import Hit, note_use
-from cortex_pipelines.memory.recall import recall as memory_recall
+from cortex_pipelines.memory.caller import DEDUPE_THRESHOLD, MIN_DEDUPE_THRESHOLD, Caller
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.processes import (
     group_ended,
     own_session_ending_with_parent,
-    start_polars_keeping_sigint,
+    polars_keeping_sigint,
 )
 from cortex_pipelines.storage import Database, dagster_sqlite, outbox, utcnow
 from cortex_pipelines.storage import schedules as schedule_store
 from cortex_pipelines.storage.backup import AFTER_IMPORT, BackupError, NoSuchBackup
-from cortex_pipelines.storage.bus import gone_wrong, latest_failures, requeue_failed, ring_doorbell, state_of
+from cortex_pipelines.storage.bus import counts as bus_counts
+from cortex_pipelines.storage.bus import (
+    gone_wrong,
+    latest_failures,
+    requeue_failed,
+    ring_doorbell,
+    state_of,
+)
 from cortex_pipelines.storage.facts import CATEGORIES, DELEGATED_RESULT
 from cortex_pipelines.storage.health import as_store_damaged, one_line
 from cortex_pipelines.storage.lease import want_lane
+from cortex_pipelines.text import shorten
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
+    from cortex_pipelines.memory.recall import Hit
 
 
 class _CortexGroup(TyperGroup):
@@ -112,7 +120,6 @@ def main(
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
     private_umask()
-    start_polars_keeping_sigint()  # Ctrl-C stops every command, after its first query too
     _warnings_as_lines()
     if now is not None:
         try:
@@ -338,16 +345,16 @@ def run(
         finally:  # before the one-line error of a run that failed on its way (a full disk)
             replies = _say_replies(db, before, run_id)
             _say_gone_wrong(db, started)
+        if settings.run_history_days:
+            _prune_run_history(settings, instance)
     if result is not None and result.success and settings.turn_ttl_days:
         _expire_turns(settings)
-    if settings.run_history_days:
-        _prune_run_history(settings)
     _say_model_settings(db, settings)
-    state = status(settings)
-    _say(f"bus: {state['bus']}")
+    on_bus = db.run(bus_counts)
+    _say(f"bus: {on_bus}")
     _say(f"outbox: {settings.paths.outbox}  outputs: {settings.paths.out}  database: {settings.paths.db}")
     if result is None or _interrupted(result):
-        waiting = state["bus"].get("pending", 0) + state["bus"].get("processing", 0)
+        waiting = on_bus["pending"] + on_bus["processing"]
         _fail(
             f"interrupted: {len(replies)} message(s) answered, {waiting} left for the next `cortex run`",
             code=130,
@@ -462,7 +469,7 @@ def _expire_turns(settings: Settings) -> None:
         _say(f"expired {len(expired.messages)} message(s) older than {settings.turn_ttl_days} days")
 
 
-def _prune_run_history(settings: Settings) -> None:
+def _prune_run_history(settings: Settings, instance: DagsterInstance) -> None:
     """Run-history retention after a run (`cortex dev`'s sensor does it hourly): Dagster's finished
     runs older than CORTEX_RUN_HISTORY_DAYS go, except the newest of each job and those holding an
     asset's latest. A busy database only delays it to the next run."""
@@ -476,8 +483,7 @@ def _prune_run_history(settings: Settings) -> None:
 
     days = settings.run_history_days
     try:
-        with dagster_sqlite.open_instance(settings.paths.dagster_home) as instance:
-            pruned = prune_runs(instance, clock.now() - timedelta(days=days), limit=RUNS_PER_CALL)
+        pruned = prune_runs(instance, clock.now() - timedelta(days=days), limit=RUNS_PER_CALL)
     except (SQLAlchemyError, sqlite3.Error, OSError, DagsterError) as exc:
         _say(f"cortex: warning: Dagster's run history not pruned now: {exc}", err)
         return
@@ -691,6 +697,9 @@ def recall(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search memory as the brain's memory_query tool does, with the messages each hit came from."""
+    from cortex_pipelines.memory.recall import note_use
+    from cortex_pipelines.memory.recall import recall as memory_recall
+
     settings = _existing()
     if not query.strip():
         _fail("the query is empty")
@@ -710,7 +719,7 @@ def recall(
         out.print("nothing found")
 
 
-CLI = control.Caller("cli")
+CLI = Caller("cli")
 CategoryOption = Annotated[
     list[str] | None,
     typer.Option("--category", "-c", help=f"repeatable; the first is the primary: {', '.join(CATEGORIES)}"),
@@ -723,9 +732,11 @@ JsonOption = Annotated[bool, typer.Option("--json")]
 
 def _memory(operation, *args, **kwargs):
     """Run one of memory/control.py's operations; its refusal is the command's one line."""
+    from cortex_pipelines.memory import control
+
     try:
         return operation(*args, **kwargs)
-    except ControlError as exc:
+    except control.ControlError as exc:
         _fail(str(exc))
 
 
@@ -742,6 +753,8 @@ def save(
     as_json: JsonOption = False,
 ) -> None:
     """Remember a fact (importance 2 and category fact unless given), deduplicated like extracted ones."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db()
     saved = _memory(
         control.save, db, settings, text, CLI, categories=category or ["fact"], importance=importance
@@ -757,6 +770,8 @@ def update(
     as_json: JsonOption = False,
 ) -> None:
     """Re-rate a fact or file it under other categories."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db()
     fact = _memory(control.update, db, settings, fact_id, CLI, importance=importance, categories=category)
     _print_json(fact) if as_json else _say(control.fact_line(fact))
@@ -765,6 +780,8 @@ def update(
 @app.command()
 def move(fact_id: int, categories: list[str], as_json: JsonOption = False) -> None:
     """File a fact under CATEGORIES, replacing its own (the first is the primary)."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db()
     fact = _memory(control.move, db, settings, fact_id, categories, CLI)
     _print_json(fact) if as_json else _say(control.fact_line(fact))
@@ -778,6 +795,8 @@ def edit(
     as_json: JsonOption = False,
 ) -> None:
     """Correct a fact: the new text supersedes it, keeps its sources and is searchable at once."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db()
     mode = "append" if append else "replace"
     edited = _memory(control.edit, db, settings, fact_id, text, CLI, mode=mode)
@@ -797,6 +816,8 @@ def forget(
 ) -> None:
     """Forget a fact (or, with --turn, a message that produced none): kept, never recalled again
     until `cortex unforget`."""
+    from cortex_pipelines.memory import control
+
     if (fact_id is None) == (turn is None):
         _fail("give a FACT_ID or --turn N")
     db, settings = _memory_db()
@@ -814,6 +835,8 @@ def unforget(
 ) -> None:
     """Undo a forget: the fact (or, with --turn, the message) and the messages it came from are
     recalled again."""
+    from cortex_pipelines.memory import control
+
     if (fact_id is None) == (turn is None):
         _fail("give a FACT_ID or --turn N")
     db, settings = _memory_db()
@@ -826,7 +849,8 @@ def unforget(
 @app.command()
 def dedupe(
     threshold: Annotated[
-        float | None, typer.Option(help=f"similarity from 0.5 to 1 (default {control.DEDUPE_THRESHOLD:g})")
+        float | None,
+        typer.Option(help=f"similarity from {MIN_DEDUPE_THRESHOLD:g} to 1 (default {DEDUPE_THRESHOLD:g})"),
     ] = None,
     category: CategoryOption = None,
     merge: Annotated[
@@ -838,6 +862,8 @@ def dedupe(
     as_json: JsonOption = False,
 ) -> None:
     """List facts that say the same thing; --merge or --delete-older supersedes all but the newest."""
+    from cortex_pipelines.memory import control
+
     if merge and delete_older:
         _fail("give --merge or --delete-older, not both")
     db, settings = _memory_db()
@@ -855,6 +881,8 @@ def dedupe(
 @app.command()
 def stats(as_json: JsonOption = False) -> None:
     """What each memory tier holds: pins, the last 48 h, facts by state, tier, importance and category."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db(reads_only=True)
     found = control.stats(db, settings)
     if as_json:
@@ -872,6 +900,8 @@ def recent(
     as_json: JsonOption = False,
 ) -> None:
     """Short-term memory: your messages and facts of the last 48 h, by keywords, recency and importance."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db(reads_only=True)
     items = _memory(control.recent, db, settings, query, limit=limit, categories=category)
     if as_json:
@@ -886,6 +916,8 @@ def recent(
 @app.command()
 def pin(text: str, label: Annotated[str | None, typer.Option(help="short label")] = None) -> None:
     """Pin an item to working memory (always in context; at most 10, oldest drop out)."""
+    from cortex_pipelines.memory import control
+
     db, settings = _memory_db()
     _say(_memory(control.pin, db, settings, text, label).line())
 
@@ -896,6 +928,8 @@ def unpin(
     unpin_all: Annotated[bool, typer.Option("--all", help="unpin everything")] = False,
 ) -> None:
     """Remove the pin at POSITION, or every pin with --all."""
+    from cortex_pipelines.memory import control
+
     if (position is None) == (not unpin_all):
         _fail("give a position or --all")
     db, settings = _memory_db()
@@ -908,6 +942,8 @@ def unpin(
 @app.command("pins")
 def pins_cmd(as_json: JsonOption = False) -> None:
     """List pinned working memory."""
+    from cortex_pipelines.memory import control
+
     db, _ = _memory_db(reads_only=True)
     rows = control.pins(db)
     if as_json:
@@ -1018,6 +1054,7 @@ def chat() -> None:
     from cortex_pipelines.admin.dagster_view import dagster_overview
     from cortex_pipelines.llm import make_client
 
+    polars_keeping_sigint()  # Ctrl-C stops the chat after the first message it stores too
     settings = _ready()
     session = AdminChat(
         settings,
@@ -1061,6 +1098,7 @@ def dev(
     from cortex_pipelines.processes import Supervised
     from cortex_pipelines.run_starter import RunStarter, Webserver, local_url
 
+    polars_keeping_sigint()  # on the main thread: the gateway's threads store messages with it
     settings = _ready()
     try:  # held until this process ends: a second `cortex dev` here refuses, and clears no reports
         claim = claim_dev(settings.paths, f"http://{host}:{port}")
@@ -1194,6 +1232,7 @@ def serve(port: PortOption = None) -> None:
     from cortex_pipelines.gateway.serve import PortUnavailable
     from cortex_pipelines.gateway.serve import serve as run_gateway
 
+    polars_keeping_sigint()  # on the main thread: the gateway's threads store messages with it
     settings = _gateway_settings()
     if settings.telegram_token is not None and (problem := setup_problem(settings)):
         _fail(problem)
@@ -1279,6 +1318,8 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check every store; say what is damaged and the command that repairs it (exit 1 if anything is)."""
+    from cortex_pipelines.admin import doctor as checkup
+
     settings = _settings()
     progress = err if as_json else out
     if backup is not None and not restore:

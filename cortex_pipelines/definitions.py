@@ -11,12 +11,12 @@ from dagster import (
 from cortex_pipelines.assets import ALL_ASSETS, ALL_CHECKS
 from cortex_pipelines.files import private_umask
 from cortex_pipelines.jobs import JOBS
-from cortex_pipelines.processes import start_polars_keeping_sigint
+from cortex_pipelines.processes import polars_keeping_sigint
 from cortex_pipelines.resources import cortex_resources
 from cortex_pipelines.sensors import SENSORS
 
 private_umask()  # the code server and every run process load this module
-start_polars_keeping_sigint()  # so a run stops when Dagster terminates it
+polars_keeping_sigint()  # so a run stops when Dagster terminates it
 
 # Runs the memory and publish assets when their automation conditions say so; without it running
 # nothing but the sensors' own runs happens, so it ships running like they do.

@@ -17,7 +17,6 @@ from cortex_pipelines.connectors.states import live_states
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.ingest.inbox import rejected_files
 from cortex_pipelines.llm import cost
-from cortex_pipelines.memory.vectors import EPISODIC, vector_store
 from cortex_pipelines.proactive import schedules, supervision
 from cortex_pipelines.storage import Database, bus, conversations, usage
 from cortex_pipelines.storage import ops as ops_store
@@ -153,6 +152,9 @@ def live_dev(paths: Paths) -> str | None:
 
 
 def status(settings: Settings) -> dict:
+    """What `cortex status` shows. Its readers are imported here: the command line imports this
+    module for every command, and LanceDB's reader alone loads numpy and pyarrow."""
+    from cortex_pipelines.memory.vectors import EPISODIC, vector_store
     from cortex_pipelines.storage.dagster_sqlite import history_size
 
     db = Database(settings.paths.db)

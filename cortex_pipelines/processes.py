@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,17 +26,28 @@ import psutil
 _CLOCK_SLACK_S = 2.0
 
 
-def start_polars_keeping_sigint() -> None:
-    """Start polars' runtime now and give SIGINT back to Python. On its first query the runtime
-    installs, below Python, a SIGINT handler that restarts what was interrupted and never raises
-    KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or `cortex chat`,
-    and Dagster's termination of a run (SIGINT to its process), did nothing. Later queries leave
-    the handler as it is. Python's handler (whatever it is) is armed again; only the main thread may."""
-    import polars as pl
+_polars: types.ModuleType | None = None
+_polars_lock = threading.Lock()
 
-    pl.select(pl.lit(1)).item()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
+
+def polars_keeping_sigint() -> types.ModuleType:
+    """polars, its runtime started the first time with SIGINT given back to Python. On its first
+    query the runtime installs, below Python, a SIGINT handler that restarts what was interrupted
+    and never raises KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or
+    `cortex chat`, and Dagster's termination of a run (SIGINT to its process), did nothing. Later
+    queries leave the handler as it is. Python's handler (whatever it is) is armed again; only the
+    main thread may, so a process whose threads query polars calls this first, on the main thread.
+    Imported on first use: most commands never query polars (~0.3 s to start)."""
+    global _polars
+    with _polars_lock:
+        if _polars is None:
+            import polars as pl
+
+            pl.select(pl.lit(1)).item()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
+            _polars = pl
+        return _polars
 
 
 _helpers: dict[str, ThreadPoolExecutor] = {}

@@ -355,3 +355,9 @@ def cut_at_word(text: str, limit: int) -> str:
         return text
     cut = text.rfind(" ", 0, limit)
     return text[: cut if cut > 0 else limit]
+
+
+def shorten(text: str, limit: int) -> str:
+    """One line of at most `limit` characters, for a listing (an ellipsis says there is more)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

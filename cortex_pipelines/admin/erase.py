@@ -39,6 +39,7 @@ from cortex_pipelines.storage import Database, dagster_sqlite, erasure, lease, s
 from cortex_pipelines.storage.backup import BackupError, discard_copies
 from cortex_pipelines.storage.erasure import Selector
 from cortex_pipelines.storage.published import bulletin_facts, latest_user_activity
+from cortex_pipelines.text import shorten
 
 SHOWN_CHARS = 72
 
@@ -294,7 +295,7 @@ def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]
             "turn": m["turn"],
             "channel": m["channel"],
             "sender": m["sender"],
-            "text": shorten(m["text"]),
+            "text": shorten(m["text"], SHOWN_CHARS),
             "sent_at": m["said_at"].isoformat() + "Z",
             "pulled_in": (m["id"], m["turn"]) not in named,
         }
@@ -303,20 +304,16 @@ def _listing(db: Database, plan: erasure.Plan, chosen: list[dict]) -> list[dict]
 
 
 def _facts(db: Database, plan: erasure.Plan) -> list[dict]:
-    return [{"id": f["id"], "text": shorten(f["text"])} for f in db.run(erasure.listed_facts, plan.facts)]
+    listed = db.run(erasure.listed_facts, plan.facts)
+    return [{"id": f["id"], "text": shorten(f["text"], SHOWN_CHARS)} for f in listed]
 
 
 def _pins(db: Database, plan: erasure.Plan) -> list[dict]:
     """The pins that go: they hold the --matching text or quote an erased message."""
     return [
-        {"position": p["position"], "text": shorten(p["text"])}
+        {"position": p["position"], "text": shorten(p["text"], SHOWN_CHARS)}
         for p in db.run(erasure.listed_pins, plan.ids.get("pins", []))
     ]
-
-
-def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _vectors(settings: Settings, db: Database, plan: erasure.Plan, redactor: Redactor) -> dict[str, int]:

@@ -17,7 +17,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from cortex_pipelines.config import ADMIN_CHANNEL, Settings
+from cortex_pipelines.config import Settings
+from cortex_pipelines.memory.caller import DEDUPE_THRESHOLD, MIN_DEDUPE_THRESHOLD, Caller
 from cortex_pipelines.memory.compaction import republish_snapshot
 from cortex_pipelines.memory.embedder import embedder_for
 from cortex_pipelines.memory.fusion import stemmed
@@ -36,8 +37,6 @@ log = logging.getLogger(__name__)
 MIN_TEXT, MAX_TEXT = 3, 2000
 MAX_LABEL = 40
 DEFAULT_IMPORTANCE = 2  # a fact saved by hand is useful: it sorts among the extracted facts, not below
-DEDUPE_THRESHOLD = 0.95  # seed 002's default similarity for duplicates
-MIN_DEDUPE_THRESHOLD = 0.5  # below this, facts are related, not the same: a merge would lose knowledge
 DEDUPE_ACTIONS = ("report", "merge", "delete_older")
 RECENT_HOURS = 48
 MAX_RECENT = 50
@@ -47,17 +46,6 @@ OWNER = "owner"  # the sender of what the owner says outside the bus (`cortex sa
 
 class ControlError(ValueError):
     """A request that cannot be done; one line, the same whichever door it came through."""
-
-
-@dataclass(frozen=True)
-class Caller:
-    """The door a request came through, kept in the audit trail. From the brain also the owner's
-    turn that asked: a save keeps it as its source (from elsewhere the owner's words become a note)."""
-
-    door: str  # cli | admin | brain
-    turn: int | None = None
-    channel: str = ADMIN_CHANNEL
-    at: datetime | None = None
 
 
 # -- input, checked alike for every door ---------------------------------------------------------

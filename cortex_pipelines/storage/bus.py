@@ -7,26 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import polars as pl
-
 from cortex_pipelines.files import touch
+from cortex_pipelines.processes import polars_keeping_sigint
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 
 BUS_STATES = ("pending", "processing", "completed", "failed", "skipped")
 
-_ROW_SCHEMA = {
-    "channel": pl.String,
-    "external_id": pl.String,
-    "sender": pl.String,
-    "text": pl.String,
-    "priority": pl.String,
-    "priority_rank": pl.Int32,
-    "thread": pl.String,
-    "reply_to": pl.String,
-    "metadata": pl.String,
-    "sent_at": pl.Datetime("us"),
-}
 
 
 @dataclass(frozen=True)
@@ -109,9 +96,23 @@ def enqueue_rows(con, rows: list[dict], source: str, state: str = "pending") -> 
     fresh = [row for n, row in enumerate(rows) if n not in known]
     if not fresh:
         return EnqueueResult([], len(rows))
+    pl = polars_keeping_sigint()
     frame = pl.DataFrame(  # noqa: F841 - read by DuckDB's replacement scan
         [{**row, "source": row.get("source", source), "ordinal": n} for n, row in enumerate(fresh)],
-        schema={**_ROW_SCHEMA, "source": pl.String, "ordinal": pl.Int64},
+        schema={
+            "channel": pl.String,
+            "external_id": pl.String,
+            "sender": pl.String,
+            "text": pl.String,
+            "priority": pl.String,
+            "priority_rank": pl.Int32,
+            "thread": pl.String,
+            "reply_to": pl.String,
+            "metadata": pl.String,
+            "sent_at": pl.Datetime("us"),
+            "source": pl.String,
+            "ordinal": pl.Int64,
+        },
     )
     inserted = con.execute(
         """

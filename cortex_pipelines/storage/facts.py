@@ -9,15 +9,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from cortex_pipelines.storage import session, summaries
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.erasure import quotes, quoting_replies
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.text import normalize
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CATEGORIES = ("fact", "decision", "preference", "insight", "identity", "event", "goal", "observation")
 # The origin of a fact op harvesting wrote from a delegated task's result (memory/harvest.py): another
@@ -443,6 +444,9 @@ def signals_for(con, fact_ids: list[int]) -> dict[int, dict]:
 
 def signals_of(signals: pa.Table, fact_ids: list[int]) -> dict[int, dict]:
     """By id, the `recall_signals` of these facts (a fact not there is left out)."""
+    import pyarrow as pa  # here: the command line names CATEGORIES without loading Arrow
+    import pyarrow.compute as pc
+
     if not fact_ids or not signals.num_rows:
         return {}
     positions = pc.index_in(pa.array(fact_ids, pa.int64()), signals.column("id")).drop_null()
