@@ -120,6 +120,7 @@ def main(
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
     private_umask()
+    polars_keeping_sigint()  # Ctrl-C stops every command, after its first query too
     _warnings_as_lines()
     if now is not None:
         try:
@@ -1054,7 +1055,6 @@ def chat() -> None:
     from cortex_pipelines.admin.dagster_view import dagster_overview
     from cortex_pipelines.llm import make_client
 
-    polars_keeping_sigint()  # Ctrl-C stops the chat after the first message it stores too
     settings = _ready()
     session = AdminChat(
         settings,
@@ -1098,7 +1098,6 @@ def dev(
     from cortex_pipelines.processes import Supervised
     from cortex_pipelines.run_starter import RunStarter, Webserver, local_url
 
-    polars_keeping_sigint()  # on the main thread: the gateway's threads store messages with it
     settings = _ready()
     try:  # held until this process ends: a second `cortex dev` here refuses, and clears no reports
         claim = claim_dev(settings.paths, f"http://{host}:{port}")
@@ -1232,7 +1231,6 @@ def serve(port: PortOption = None) -> None:
     from cortex_pipelines.gateway.serve import PortUnavailable
     from cortex_pipelines.gateway.serve import serve as run_gateway
 
-    polars_keeping_sigint()  # on the main thread: the gateway's threads store messages with it
     settings = _gateway_settings()
     if settings.telegram_token is not None and (problem := setup_problem(settings)):
         _fail(problem)

@@ -31,23 +31,23 @@ _polars_lock = threading.Lock()
 
 
 def polars_keeping_sigint() -> types.ModuleType:
-    """polars, its runtime started the first time with SIGINT given back to Python. On its first
-    query the runtime installs, below Python, a SIGINT handler that restarts what was interrupted
-    and never raises KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or
-    `cortex chat`, and Dagster's termination of a run (SIGINT to its process), did nothing. Later
-    queries leave the handler as it is. Python's handler (whatever it is) is armed again; only the
-    main thread may, so a process whose threads query polars calls this first, on the main thread.
-    Imported on first use: most commands never query polars (~0.3 s to start)."""
+    """polars, its runtime started, with SIGINT given back to Python. On its first query the runtime
+    installs, below Python, a SIGINT handler that restarts what was interrupted and never raises
+    KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or `cortex chat`,
+    and Dagster's termination of a run (SIGINT to its process), did nothing. Later queries leave
+    the handler as it is. Python's handler (whatever it is) is armed again on every call from the
+    main thread (only the main thread may), so a process whose threads query polars calls this
+    first, on the main thread."""
     global _polars
     with _polars_lock:
         if _polars is None:
             import polars as pl
 
             pl.select(pl.lit(1)).item()
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
             _polars = pl
-        return _polars
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
+    return _polars
 
 
 _helpers: dict[str, ThreadPoolExecutor] = {}
