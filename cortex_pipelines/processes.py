@@ -35,9 +35,10 @@ def polars_keeping_sigint() -> types.ModuleType:
     installs, below Python, a SIGINT handler that restarts what was interrupted and never raises
     KeyboardInterrupt: once a message had been answered, Ctrl-C on `cortex run` or `cortex chat`,
     and Dagster's termination of a run (SIGINT to its process), did nothing. Later queries leave
-    the handler as it is. Python's handler (whatever it is) is armed again on every call from the
-    main thread (only the main thread may), so a process whose threads query polars calls this
-    first, on the main thread."""
+    the handler as it is. Python's handler is armed again on every call from the main thread (only
+    the main thread may), so a process whose threads query polars calls this first, on the main
+    thread. A SIGINT ignored since the process started (a script's background job) is armed too:
+    Dagster terminates a run, and `cortex dev` stops its children, by SIGINT."""
     global _polars
     with _polars_lock:
         if _polars is None:
@@ -46,7 +47,8 @@ def polars_keeping_sigint() -> types.ModuleType:
             pl.select(pl.lit(1)).item()
             _polars = pl
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT) or signal.default_int_handler)
+        handler = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, handler if callable(handler) else signal.default_int_handler)
     return _polars
 
 

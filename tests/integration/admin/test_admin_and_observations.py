@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import signal
 import socket
 import subprocess
 import termios
@@ -52,10 +53,16 @@ def _own_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+def _own_terminal_sigint_ignored() -> None:
+    """As a script's background job starts: SIGINT ignored, inherited through exec."""
+    _own_terminal()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Terminal:
     """`cortex chat` on a pseudo-terminal, as a user at a keyboard would run it."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, sigint_ignored: bool = False):
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             cli_argv("chat"),
@@ -64,7 +71,7 @@ class Terminal:
             stderr=slave,
             env=cli_env(home),
             cwd=home.parent,
-            preexec_fn=_own_terminal,
+            preexec_fn=_own_terminal_sigint_ignored if sigint_ignored else _own_terminal,
         )
         os.close(slave)
         self.seen = ""
@@ -143,6 +150,18 @@ def test_ctrl_c_leaves_cortex_chat_after_an_answer(settings):
         term.expect("you> ")
         term.type("I prefer window seats on long flights.")
         term.expect("cortex> ")
+        term.expect("you> ")
+        term.interrupt()
+        assert term.close() == 0
+    finally:
+        term.proc.kill()
+
+
+def test_ctrl_c_stops_cortex_chat_started_with_sigint_ignored(settings):
+    """A script's `cortex … &` starts with SIGINT ignored. Dagster stops runs and `cortex dev` its
+    children by SIGINT, so every command arms it again: here Ctrl-C still quits the chat."""
+    term = Terminal(settings.home, sigint_ignored=True)
+    try:
         term.expect("you> ")
         term.interrupt()
         assert term.close() == 0
