@@ -220,6 +220,13 @@ def wake_forgotten_steps(instance: DagsterInstance, pools: Iterable[str]) -> lis
     return woken
 
 
+def wake_forgotten_steps_when_free(instance: DagsterInstance, pools: Iterable[str]) -> None:
+    """wake_forgotten_steps for callers that look again soon (a sensor's next tick, the waker's next
+    turn): a busy index database is left for then, not raised."""
+    with suppress(SQLAlchemyError, sqlite3.Error):
+        wake_forgotten_steps(instance, pools)
+
+
 @contextmanager
 def forgotten_steps_woken(
     instance: DagsterInstance, pools: Iterable[str], every_s: float = 1.0
@@ -230,8 +237,7 @@ def forgotten_steps_woken(
 
     def keep_waking() -> None:
         while not stop.wait(every_s):
-            with suppress(SQLAlchemyError, sqlite3.Error):  # a busy index database: looked at next turn
-                wake_forgotten_steps(instance, pools)
+            wake_forgotten_steps_when_free(instance, pools)
 
     thread = threading.Thread(target=keep_waking, name="cortex-pool-waker", daemon=True)
     thread.start()

@@ -1,12 +1,18 @@
-"""The inbox sensor: ingest new files into the bus, then ask for a processing run if needed."""
+"""The inbox sensor: ingest new files into the bus, then ask for a processing run if needed. It ticks
+most often of all sensors, so it also hands on a pool slot Dagster forgot (see lanes.py's
+wake_forgotten_steps): under `cortex dev` a step left so had waited for the supervision sensor, up to
+60 s."""
 
 import json
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, sensor
 
+from cortex_pipelines.assets.brain import BRAIN_POOL
 from cortex_pipelines.assets.ingest import ingest_materialization
+from cortex_pipelines.assets.memory import MEMORY_POOL
 from cortex_pipelines.ingest.inbox import ingest_inbox, printable
 from cortex_pipelines.jobs import process_messages
+from cortex_pipelines.lanes import wake_forgotten_steps_when_free
 from cortex_pipelines.resources import DatabaseResource, SettingsResource
 from cortex_pipelines.sensors.processing import request_processing
 
@@ -21,6 +27,7 @@ from cortex_pipelines.sensors.processing import request_processing
     "ticks with the daemon, about every 5 s (the 1 s minimum only keeps a tick from being skipped).",
 )
 def inbox_sensor(context: SensorEvaluationContext, settings: SettingsResource, database: DatabaseResource):
+    wake_forgotten_steps_when_free(context.instance, [BRAIN_POOL, MEMORY_POOL])
     db = database.get()
     report = ingest_inbox(settings.get(), db)
     for outcome in report.deferred:  # looked at again next tick

@@ -4,7 +4,8 @@
 Dagster's own claim, in Dagster's own order on the home's real SQLite storage: run B's step looks at
 the pool (full: run A holds its one slot), A frees the slot (Dagster hands it to the queue, empty
 yet), B's step joins the queue. Nothing hands B the free slot, until the sensors' reaping (which
-`cortex run` also does before its job) or `cortex run`'s waker during its job."""
+`cortex run` also does before its job), `cortex run`'s waker during its job, or under `cortex dev`
+the inbox sensor's next tick."""
 
 from __future__ import annotations
 
@@ -17,14 +18,20 @@ from dagster._utils.concurrency import ConcurrencySlotStatus
 
 from cortex_pipelines.assets.memory import MEMORY_POOL
 from cortex_pipelines.lanes import forgotten_steps_woken, reap_dead_runs, wake_forgotten_steps
+from cortex_pipelines.sensors.inbox import inbox_sensor
 from tests.support.cli import cortex
+from tests.support.sensors import evaluate
 
 CLAIMED, BLOCKED = ConcurrencySlotStatus.CLAIMED, ConcurrencySlotStatus.BLOCKED
 
 
 @pytest.fixture
-def instance(tmp_path: Path):
-    home = tmp_path / "home"
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def instance(home: Path):
     cortex("init", home=home)  # the shipped dagster.yaml: every pool one slot
     with DagsterInstance.from_config(str(home / "dagster_home")) as opened:
         # as a run's first claim in the pool does
@@ -62,6 +69,12 @@ def test_cortex_runs_waker_hands_the_slot_on_while_its_job_runs(instance):
         while (status := _claim(instance, "run-b", "extract")) != CLAIMED and time.monotonic() < deadline:
             time.sleep(0.1)
     assert status == CLAIMED
+
+
+def test_under_cortex_dev_the_inbox_sensors_next_tick_hands_the_slot_on(instance, home):
+    _forgotten_step(instance)
+    evaluate(inbox_sensor, instance, str(home))  # ticks about every 5 s; supervision's, every 60 s
+    assert _claim(instance, "run-b", "extract") == CLAIMED
 
 
 def test_a_slot_still_held_is_handed_to_no_one(instance):
