@@ -6,6 +6,7 @@ from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
     DagsterExecutionInterruptedError,
+    DagsterRunStatus,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -45,7 +46,8 @@ def session_messages(
     brain = Brain(db, config, client, log=context.log.info, run_id=context.run_id)
     linger = None
     # SIGINT or SIGTERM (`cortex dev` stopping) ends a run of this step alone with what it answered,
-    # a success; in `cortex_main` it stops the run (`cortex run` exits 130).
+    # a success, unless the user terminated the run; in `cortex_main` it stops the run (`cortex run`
+    # exits 130).
     alone = planned_assets(context.instance, context.run) == {BRAIN_ASSET}
     if config.brain_linger_seconds and alone:
         # Nothing in this run waits for this step: keep answering while the conversation goes on.
@@ -68,8 +70,20 @@ def session_messages(
     except lease.BrainBusy as busy:
         context.log.warning(f"{busy}; that process answers the queue")
         return MaterializeResult(metadata={"skipped": MetadataValue.text(str(busy))})
+    if _terminated_by_user(context):
+        # Dagster marks the run canceled, not a success: the UI shows what the user asked for.
+        raise DagsterExecutionInterruptedError(
+            f"terminated: {report.processed} message(s) answered, the rest left in the queue"
+        )
     spend = cost.run_metadata(db, config, "reply")  # today's replies: a run may linger over many batches
     return MaterializeResult(metadata={**_batch_metadata(db, report), **spend})
+
+
+def _terminated_by_user(context: AssetExecutionContext) -> bool:
+    """Whether this run was asked to stop by Terminate (the UI, the GraphQL API): Dagster marks it
+    CANCELING before it sends SIGINT; `cortex dev` stopping sends SIGINT alone."""
+    run = context.instance.get_run_by_id(context.run_id)
+    return run is not None and run.status == DagsterRunStatus.CANCELING
 
 
 def _batch_metadata(db: Database, report: DrainReport) -> dict:

@@ -216,3 +216,46 @@ def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses
     assert_durable(home, Database(home / "cortex.duckdb"), total)  # every message answered once
     with Database(home / "cortex.duckdb").transaction() as con:
         assert con.execute("SELECT max(attempts) FROM bus").fetchone()[0] == 1  # the stop was no attempt
+
+
+def _run_status(port: int, run_id: str) -> str:
+    found = graphql(port, "{ runOrError(runId: " + json.dumps(run_id) + ") { ... on Run { status } } }")
+    return found["data"]["runOrError"]["status"]
+
+
+def _terminate(port: int, run_id: str) -> str:
+    """What the UI's Terminate button sends."""
+    done = graphql(port, "mutation { terminateRun(runId: " + json.dumps(run_id) + ") { __typename } }")
+    return done["data"]["terminateRun"]["__typename"]
+
+
+def test_a_run_terminated_in_the_ui_shows_canceled_and_loses_nothing(tmp_path, monkeypatch):
+    """Terminate in the UI, while the brain waits on the model: the run ended as a SUCCESS, as when
+    `cortex dev` stops it, and the user could not tell their Terminate from a run that finished. It
+    ends CANCELED now; the message goes back to the queue, its attempt not counted, and the next
+    run answers it. Started as a script's `cortex dev &` (SIGINT ignored), as Terminate must stop
+    such a run too."""
+    monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "0")
+    home = tmp_path / "home"
+    with model_held_after(0) as (server, released):
+        for name, value in server.cortex_env().items():
+            monkeypatch.setenv(name, value)
+        with cortex_dev(home, tmp_path / "dev.log", sigint_ignored=True) as (port, env, _proc):
+            cli("send", "webchat", "I prefer window seats on long flights", env=env)
+            wait_for(lambda: server.requests, 180, "the brain's call to the model")
+            (run,) = _processing_runs(home)
+            assert _terminate(port, run.run_id) == "TerminateRunSuccess"
+            ended = ("SUCCESS", "FAILURE", "CANCELED")
+            wait_for(lambda: _run_status(port, run.run_id) in ended, 60, "the run to end")
+            assert _run_status(port, run.run_id) == "CANCELED"
+            state = json.loads(cli("status", "--json", env=env).stdout)["bus"]
+            assert state == {**state, "pending": 1, "processing": 0, "completed": 0, "failed": 0}
+
+            released.set()  # the model answers again: the message is answered once, by a new run
+            wait_for(
+                lambda: json.loads(cli("status", "--json", env=env).stdout)["bus"]["completed"] == 1,
+                180,
+                "the message to be answered by the next run",
+            )
+    with Database(home / "cortex.duckdb").transaction() as con:
+        assert con.execute("SELECT max(attempts) FROM bus").fetchone()[0] == 1  # the Terminate was no attempt
