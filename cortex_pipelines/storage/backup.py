@@ -7,7 +7,8 @@ newest `backup_keep` kept. A history import is copied once it is in (`-after-imp
 holds its messages, and the day's backup was taken before it. A copy is taken by the process that
 holds the file (DuckDB's one-process lock), right after a CHECKPOINT folds the write-ahead log in,
 so its bytes are one consistent state; it is kept only if every row of it reads, so a damaged file
-never pushes a good backup out.
+never pushes a good backup out. That process never opens the file itself: the bytes are read by a
+child process (`_copy_held`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,6 +102,38 @@ def _write_copy(source: Path, temporary: Path) -> None:
         os.fsync(dst.fileno())
 
 
+# The child that reads a held file: stdlib only, isolated; an OSError exits with its errno.
+_COPY_TO_STDOUT = """
+import shutil, sys
+try:
+    with open(sys.argv[1], "rb") as src, open(sys.stdout.fileno(), "wb", closefd=False) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+except OSError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(exc.errno or 1)
+"""
+
+
+def _copy_held(source: Path, temporary: Path) -> None:
+    """_write_copy for a file this process holds, read by a child process. Closing any descriptor of
+    a file drops every fcntl lock the process has on it, DuckDB's included: another process could
+    then take the file while this one still has it attached, and whichever checkpoints last
+    overwrites the other's commits (the day's first command lost the inbox rows the sensor
+    committed meanwhile)."""
+    with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as dst:
+        child = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _COPY_TO_STDOUT, os.fspath(source)],
+            stdout=dst,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if child.returncode:
+            why = child.stderr.strip().splitlines()[-1:] or [f"exit status {child.returncode}"]
+            code = child.returncode if child.returncode > 1 else errno.EIO  # 1: not an OSError
+            raise OSError(code, f"copying the file failed: {why[0]}", os.fspath(source))
+        os.fsync(dst.fileno())
+
+
 def take(con, alias: str, db_path: Path, label: str = "") -> Path:
     """Back up the file attached to `con` as `alias`; the caller holds it and nothing else in this
     process writes to it meanwhile. Older backups beyond `backup_keep` are removed."""
@@ -110,7 +145,7 @@ def take(con, alias: str, db_path: Path, label: str = "") -> Path:
     con.execute(f"CHECKPOINT {alias}")
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        _write_copy(db_path, temporary)
+        _copy_held(db_path, temporary)
         _reads_whole(temporary, db_path)
         os.replace(temporary, target)
     finally:
