@@ -349,20 +349,31 @@ class Database:
         try:
             while True:
                 written = self._copy_into(fresh)
-                with suppress(backup.BackupError), backup.exclusive(self.path):
+                with suppress(backup.BackupError), self._unattached_here(), backup.exclusive(self.path):
                     if _written(self.path) == written and not self._wal().exists():
                         os.replace(fresh, self.path)
                         return
                 if time.monotonic() > deadline:
                     raise backup.BackupError(
-                        f"{self.path} stayed in use by another process; stop `cortex dev`, `cortex serve` "
-                        "and any running command, then run `cortex erase --finish`"
+                        f"{self.path} stayed in use; stop `cortex dev`, `cortex serve` and any running "
+                        "command, then run `cortex erase --finish`"
                     )
                 self._signal_waiting()
                 time.sleep(random.uniform(0.05, 0.3))
         finally:
             fresh.unlink(missing_ok=True)
             fresh.with_name(fresh.name + ".wal").unlink(missing_ok=True)
+
+    @contextmanager
+    def _unattached_here(self) -> Iterator[None]:
+        """Keep every thread of this process off the file while it is swapped; raises BackupError
+        while one has it attached. backup.exclusive's lock cannot see such a holder (fcntl locks
+        never conflict within a process), and its close would drop that holder's lock."""
+        host = _current_host()
+        with host.lock:
+            if self._attachment(host).users:
+                raise backup.BackupError(f"{self.path} is in use in this process")
+            yield
 
     def _wal(self) -> Path:
         return self.path.with_name(self.path.name + ".wal")

@@ -1,5 +1,7 @@
-"""The day's backup is copied by the first process to open the database that day, while the sensor,
-a run or a CLI command may be writing. Their writes wait for the file and are kept."""
+"""DuckDB's lock on its file stays with the process that holds it. The day's backup is copied by the
+first process to open the database that day, while the sensor, a run or a CLI command may be
+writing: their writes wait for the file and are kept. An erasure swaps in a rewritten file only
+when nothing, in its own process either, has the old one open."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_message
 from cortex_pipelines.instance import init_home
 from cortex_pipelines.storage import Database, backup
+from cortex_pipelines.storage.backup import BackupError
 
 # A connector's message arriving through the gateway's ingest, from a process of its own.
 GATEWAY_INGEST = """
@@ -62,3 +67,32 @@ def test_a_message_taken_in_while_the_days_backup_is_copied_is_kept(tmp_path):
         "w-3": "Book the train to Porto.",
     }
     assert backup.verify(taken) >= 1
+
+
+def _other_process_can_take(path) -> bool:
+    probe = f"import duckdb; duckdb.connect(':memory:').execute(\"ATTACH '{path}' AS db\")"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+def test_an_erasures_rewrite_waits_while_another_task_of_its_process_has_the_file(tmp_path):
+    """The turn-retention sensor erases in the code server, where another sensor's tick may hold the
+    file: the swap must wait for it, and the file must stay locked against other processes."""
+    home = tmp_path / "home"
+    settings = load_settings(home)
+    init_home(settings)
+    db = Database(settings.paths.db)
+    ingest_message(_envelope("w-1", "Remember the blue notebook."), settings, db, "test")
+    before = db.path.stat().st_ino
+
+    held = db._attach()  # another thread's transaction, or a burst, in the same process
+    try:
+        with pytest.raises(BackupError, match="stayed in use"):
+            db.rewrite(wait_s=0.5)
+        assert db.path.stat().st_ino == before  # not swapped under the holder
+        assert not _other_process_can_take(db.path)  # and the holder's lock still stands
+    finally:
+        db._detach(held)
+
+    db.rewrite()
+    assert db.path.stat().st_ino != before
+    assert db.query("SELECT external_id FROM bus") == [("w-1",)]
