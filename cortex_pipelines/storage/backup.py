@@ -102,15 +102,17 @@ def _write_copy(source: Path, temporary: Path) -> None:
         os.fsync(dst.fileno())
 
 
-# The child that reads a held file: stdlib only, isolated; an OSError exits with its errno.
-_COPY_TO_STDOUT = """
+# The child that reads a held file: stdlib only, isolated. An OSError is reported on stderr as its
+# errno, file (none: writing the copy failed) and message, with exit status _REPORTED.
+_REPORTED = 3
+_COPY_TO_STDOUT = f"""
 import shutil, sys
 try:
     with open(sys.argv[1], "rb") as src, open(sys.stdout.fileno(), "wb", closefd=False) as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 except OSError as exc:
-    print(exc, file=sys.stderr)
-    sys.exit(exc.errno or 1)
+    print(exc.errno or 0, exc.filename or "", exc.strerror or exc, sep="\\t", file=sys.stderr)
+    sys.exit({_REPORTED})
 """
 
 
@@ -121,16 +123,23 @@ def _copy_held(source: Path, temporary: Path) -> None:
     overwrites the other's commits (the day's first command lost the inbox rows the sensor
     committed meanwhile)."""
     with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as dst:
-        child = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _COPY_TO_STDOUT, os.fspath(source)],
-            stdout=dst,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        try:
+            child = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", _COPY_TO_STDOUT, os.fspath(source)],
+                stdin=subprocess.DEVNULL,
+                stdout=dst,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+        except OSError as exc:  # no interpreter to start: not the file's fault
+            raise BackupError(f"no Python could be started to copy {source}: {exc}") from None
+        if child.returncode == _REPORTED and (said := child.stderr.strip()).count("\t") >= 2:
+            code, name, why = said.split("\t", 2)
+            raise OSError(int(code) or errno.EIO, why, name or os.fspath(temporary))
         if child.returncode:
-            why = child.stderr.strip().splitlines()[-1:] or [f"exit status {child.returncode}"]
-            code = child.returncode if child.returncode > 1 else errno.EIO  # 1: not an OSError
-            raise OSError(code, f"copying the file failed: {why[0]}", os.fspath(source))
+            said = child.stderr.strip().splitlines()[-1:] or [f"exit status {child.returncode}"]
+            raise BackupError(f"copying {source} failed: {said[0]}")
         os.fsync(dst.fileno())
 
 
@@ -220,8 +229,10 @@ def newest_good(db_path: Path) -> Path:
 
 @contextmanager
 def exclusive(db_path: Path) -> Iterator[None]:
-    """Hold the lock DuckDB takes on the file (an fcntl write lock), so no process can open it
-    while it is swapped; fail at once when one has it open."""
+    """Hold the lock DuckDB takes on the file (an fcntl write lock), so no other process can open it
+    while it is swapped; fail at once when one has it open. It cannot see a holder in this process
+    (fcntl locks never conflict within one), and its close drops that holder's lock: the caller
+    makes sure nothing here has the file attached (Database._unattached_here)."""
     try:
         fd = os.open(db_path, os.O_RDWR)
     except FileNotFoundError:

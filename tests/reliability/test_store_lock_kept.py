@@ -69,9 +69,20 @@ def test_a_message_taken_in_while_the_days_backup_is_copied_is_kept(tmp_path):
     assert backup.verify(taken) >= 1
 
 
-def _other_process_can_take(path) -> bool:
-    probe = f"import duckdb; duckdb.connect(':memory:').execute(\"ATTACH '{path}' AS db\")"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+# Another process attaching the file: prints "taken", or DuckDB's error.
+ATTACH_PROBE = """
+import sys, duckdb
+try:
+    duckdb.connect(":memory:").execute("ATTACH ? AS db", [sys.argv[1]])
+    print("taken")
+except duckdb.Error as exc:
+    print(exc)
+"""
+
+
+def _another_process_attaching(path) -> str:
+    probe = subprocess.run([sys.executable, "-c", ATTACH_PROBE, str(path)], capture_output=True, text=True)
+    return probe.stdout.strip() or probe.stderr.strip()
 
 
 def test_an_erasures_rewrite_waits_while_another_task_of_its_process_has_the_file(tmp_path):
@@ -89,9 +100,10 @@ def test_an_erasures_rewrite_waits_while_another_task_of_its_process_has_the_fil
         with pytest.raises(BackupError, match="stayed in use"):
             db.rewrite(wait_s=0.5)
         assert db.path.stat().st_ino == before  # not swapped under the holder
-        assert not _other_process_can_take(db.path)  # and the holder's lock still stands
+        assert "Could not set lock" in _another_process_attaching(db.path)  # the holder's lock stands
     finally:
         db._detach(held)
+    assert _another_process_attaching(db.path) == "taken"
 
     db.rewrite()
     assert db.path.stat().st_ino != before
