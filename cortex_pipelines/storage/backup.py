@@ -8,7 +8,7 @@ holds its messages, and the day's backup was taken before it. A copy is taken by
 holds the file (DuckDB's one-process lock), right after a CHECKPOINT folds the write-ahead log in,
 so its bytes are one consistent state; it is kept only if every row of it reads, so a damaged file
 never pushes a good backup out. That process never opens the file itself: the bytes are read by a
-child process (`_copy_held`).
+child process (`_write_copy`).
 """
 
 from __future__ import annotations
@@ -91,19 +91,8 @@ def _keep(db_path: Path) -> int:
         return Settings.model_fields["backup_keep"].default
 
 
-def _write_copy(source: Path, temporary: Path) -> None:
-    """Copy the bytes, user-only, flushed to disk."""
-    with (
-        open(source, "rb") as src,
-        os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as dst,
-    ):
-        shutil.copyfileobj(src, dst, 1 << 20)
-        dst.flush()
-        os.fsync(dst.fileno())
-
-
-# The child that reads a held file: stdlib only, isolated. An OSError is reported on stderr as its
-# errno, file (none: writing the copy failed) and message, with exit status _REPORTED.
+# The child that reads the file being copied: stdlib only, isolated. An OSError is reported on
+# stderr as its errno, file (none: writing the copy failed) and message, with exit status _REPORTED.
 _REPORTED = 3
 _COPY_TO_STDOUT = f"""
 import shutil, sys
@@ -116,12 +105,12 @@ except OSError as exc:
 """
 
 
-def _copy_held(source: Path, temporary: Path) -> None:
-    """_write_copy for a file this process holds, read by a child process. Closing any descriptor of
-    a file drops every fcntl lock the process has on it, DuckDB's included: another process could
-    then take the file while this one still has it attached, and whichever checkpoints last
-    overwrites the other's commits (the day's first command lost the inbox rows the sensor
-    committed meanwhile)."""
+def _write_copy(source: Path, temporary: Path) -> None:
+    """Copy the bytes, user-only, flushed to disk, read by a child process: the database file is
+    copied by the process that holds it, and closing any descriptor of a file drops every fcntl lock
+    the process has on it, DuckDB's included. Another process could then take the file while this
+    one still has it attached, and whichever checkpoints last overwrites the other's commits (the
+    day's first command lost the inbox rows the sensor committed meanwhile)."""
     with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as dst:
         try:
             child = subprocess.run(
@@ -154,7 +143,7 @@ def take(con, alias: str, db_path: Path, label: str = "") -> Path:
     con.execute(f"CHECKPOINT {alias}")
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        _copy_held(db_path, temporary)
+        _write_copy(db_path, temporary)
         _reads_whole(temporary, db_path)
         os.replace(temporary, target)
     finally:
