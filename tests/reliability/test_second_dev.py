@@ -18,7 +18,15 @@ import pytest
 
 from cortex_pipelines.storage import dagster_sqlite
 from tests.support.cli import cli_argv, cli_env, cortex
-from tests.support.dagster_dev import alive_in, cortex_dev, free_port, graphql, process_groups, wait_for
+from tests.support.dagster_dev import (
+    alive_in,
+    cortex_dev,
+    free_port,
+    graphql,
+    process_groups,
+    wait_for,
+    wait_until_ended,
+)
 
 pytestmark = pytest.mark.timeout(600)
 REFUSAL_TIMEOUT_S = 60
@@ -105,7 +113,7 @@ def test_a_cortex_dev_killed_by_sigkill_leaves_its_home_free_at_once(tmp_path):
             first.wait()
             # Right away, on the same port: the user's restart.
             with cortex_dev(home, tmp_path / "again.log", port=port) as (_, _, again):
-                wait_for(lambda: not alive_in(killed), 60, "the killed `cortex dev`'s children to end")
+                wait_until_ended(killed, 60, "the killed `cortex dev`'s children to end")
                 wait_for(lambda: _ui_answers(port), 60, "the new `cortex dev`'s UI")
                 assert again.poll() is None
                 third = _another_dev(home, free_port())

@@ -84,6 +84,26 @@ def alive_in(groups: set[int]) -> list[psutil.Process]:
     return alive
 
 
+def wait_until_ended(groups: set[int], timeout: float, what: str) -> None:
+    """Wait for every process of those groups to end; a timeout names the ones still running."""
+    try:
+        wait_for(lambda: not alive_in(groups), timeout, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still running: {describe(alive_in(groups))}") from None
+
+
+def describe(processes: list[psutil.Process]) -> list[str]:
+    """pid, state, age and command line of each process (one gone meanwhile says so)."""
+    said = []
+    for process in processes:
+        try:
+            age = time.time() - process.create_time()
+            said.append(f"{process.pid} {process.status()} {age:.0f}s: {' '.join(process.cmdline())[:200]}")
+        except psutil.Error:
+            said.append(f"{process.pid} (gone meanwhile)")
+    return said
+
+
 @contextmanager
 def cortex_dev(home: Path, log_path: Path, sigint_ignored: bool = False, port: int | None = None):
     """Yield (port, env) of a running `cortex dev`; stop it with Ctrl-C (SIGINT) afterwards.

@@ -13,7 +13,6 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus
 
 from cortex_pipelines.storage import Database
 from tests.support.dagster_dev import (
-    alive_in,
     cli,
     cortex_dev,
     free_port,
@@ -21,6 +20,7 @@ from tests.support.dagster_dev import (
     process_groups,
     successful_run,
     wait_for,
+    wait_until_ended,
 )
 from tests.support.durability import assert_durable
 from tests.support.messages_server import model_held_after
@@ -56,7 +56,7 @@ def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
         groups = process_groups(proc)
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
-        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+        wait_until_ended(groups, 30, "every process it started to end")
     assert proc.returncode in (0, 130, -signal.SIGINT), (tmp_path / "dev.log").read_text()[-3000:]
 
 
@@ -68,7 +68,7 @@ def test_cortex_dev_started_in_a_scripts_background_stops_on_sigterm(tmp_path):
         groups = process_groups(proc)
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=120)
-        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+        wait_until_ended(groups, 30, "every process it started to end")
 
 
 def _replies(home) -> list[dict]:
@@ -150,7 +150,7 @@ def test_cortex_dev_makes_the_query_encoder_first_and_nothing_it_started_outlive
         assert [p.name.split("-")[0] for p in exports] == ["all"]  # all-MiniLM-L6-v2-<digest>.onnx
         groups = process_groups(proc)
         os.kill(proc.pid, signal.SIGKILL)
-        wait_for(lambda: not alive_in(groups), 60, "every process it started to end")
+        wait_until_ended(groups, 60, "every process it started to end")
 
 
 def test_cortex_dev_says_when_it_cannot_make_the_query_encoder(tmp_path, monkeypatch):
@@ -200,7 +200,7 @@ def test_sigterm_while_cortex_dev_answers_a_batch_ends_its_run_cleanly_and_loses
                 groups = process_groups(proc)
                 os.kill(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=120)
-                wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+                wait_until_ended(groups, 30, "every process it started to end")
         finally:
             stopped.set()
         said = (tmp_path / "dev.log").read_text()

@@ -13,7 +13,14 @@ import time
 import httpx
 import pytest
 
-from tests.support.dagster_dev import alive_in, cli, cortex_dev, free_port, process_groups, wait_for
+from tests.support.dagster_dev import (
+    cli,
+    cortex_dev,
+    free_port,
+    process_groups,
+    wait_for,
+    wait_until_ended,
+)
 from tests.support.gateway import AUTH, KEY, cortex_serve
 
 pytestmark = pytest.mark.slow
@@ -176,7 +183,7 @@ def test_cortex_dev_runs_the_gateway_beside_the_ui_and_stops_it(tmp_path, monkey
         groups = process_groups(proc)
         os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
         proc.wait(timeout=90)
-        wait_for(lambda: not alive_in(groups), 30, "every process it started to end")
+        wait_until_ended(groups, 30, "every process it started to end")
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{base}/health", timeout=2)
     output = log.read_text()
