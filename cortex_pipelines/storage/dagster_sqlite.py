@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import yaml
 
@@ -59,35 +60,59 @@ def open_instance(dagster_home: Path) -> Iterator[DagsterInstance]:
         if lock is not None:
             lock.close()
     with instance:
-        _keep_event_log_engines(instance)
-        yield instance
+        engines = _keep_event_log_connections(instance)
+        try:
+            yield instance
+        finally:
+            for engine in engines.values():
+                engine.dispose()  # the kept connections close; SQLite checkpoints each WAL
 
 
-def _keep_event_log_engines(instance: DagsterInstance) -> None:
-    """Let the instance's SQLite event log reuse one SQLAlchemy engine per database file. Dagster's
-    own builds and initializes an engine for every connection: in a one-message `cortex run` that
-    was ~1,000 engines for 139 events, a third of the job's CPU. Connections are still opened and
-    closed each time (no pool), so a deleted or VACUUMed file is never read through a stale one."""
+def _keep_event_log_connections(instance: DagsterInstance) -> dict:
+    """Let the instance's SQLite event log keep one SQLAlchemy engine, and one open connection, per
+    database file while the instance is open. Dagster's own builds an engine and opens a connection
+    for every read and write: a one-message `cortex run` made ~500, and closing each (the last
+    connection to a WAL file checkpoints it) cost more than the queries. A kept connection is given
+    out again only while its path names the file it opened (same device and inode): a run's file
+    deleted meanwhile (run-history retention) or put back (a restore) is opened afresh, as before."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
     from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import DisconnectionError
+    from sqlalchemy.pool import QueuePool
 
     storage = instance.event_log_storage
-    if type(storage) is not SqliteEventLogStorage:
-        return  # storage configured elsewhere: its own connection handling
     engines = {}
+    if type(storage) is not SqliteEventLogStorage:
+        return engines  # storage configured elsewhere: its own connection handling
+    _kept[storage] = engines
+
+    def engine_for(shard: str):
+        path = storage.path_for_shard(shard)
+        engine = create_engine(
+            storage.conn_string_for_shard(shard),
+            poolclass=QueuePool,
+            pool_size=1,  # used by one thread at a time, under Dagster's lock
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def opened(dbapi_connection, record):
+            record.info["file"] = _file_identity(path)
+
+        @event.listens_for(engine, "checkout")
+        def given_out(dbapi_connection, record, proxy):
+            if record.info.get("file") != _file_identity(path):
+                raise DisconnectionError(f"{path} is no longer the file this connection opened")
+
+        return engine
 
     @contextmanager
     def connect(shard: str):
         with storage._db_lock:  # as Dagster's own _connect: one connection at a time
             engine = engines.get(shard)
             if engine is None:
-                engine = engines[shard] = create_engine(
-                    storage.conn_string_for_shard(shard),
-                    poolclass=NullPool,
-                    connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
-                )
+                engine = engines[shard] = engine_for(shard)
             if shard not in storage._initialized_dbs:
                 storage._initdb(engine)
                 storage._initialized_dbs.add(shard)
@@ -95,6 +120,25 @@ def _keep_event_log_engines(instance: DagsterInstance) -> None:
                 yield conn
 
     storage._connect = connect
+    return engines
+
+
+_kept: WeakKeyDictionary = WeakKeyDictionary()  # event-log storage -> its kept engines, by shard
+
+
+def let_go(storage, shard: str) -> None:
+    """Close the connection kept to a run's event-log file, before its files are deleted."""
+    engine = _kept.get(storage, {}).pop(shard, None)
+    if engine is not None:
+        engine.dispose()
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def live_runs(dagster_home: Path) -> list[str]:

@@ -42,6 +42,8 @@ from dagster._core.storage.local_compute_log_manager import LocalComputeLogManag
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
+from cortex_pipelines.storage.dagster_sqlite import let_go
+
 # Runs deleted by one call of the sensor or `cortex run` at most (about 15 ms each on 2 busy cores):
 # a year of history from before retention goes in a day of hourly ticks, each well inside the
 # sensor's 60 s timeout.
@@ -147,6 +149,7 @@ def delete_run(instance: DagsterInstance, run_id: str) -> int:
     with suppress(NotImplementedError):  # a compute log manager that cannot delete keeps them
         instance.compute_log_manager.delete_logs(prefix=[run_id])
     if shard is not None:  # delete_run empties the run's own database but leaves the file
+        let_go(storage, run_id)
         for suffix in _SHARD_SUFFIXES:
             Path(f"{shard}{suffix}").unlink(missing_ok=True)
         getattr(storage, "_initialized_dbs", set()).discard(run_id)
