@@ -151,6 +151,28 @@ def test_changed_weights_name_another_export_file(tmp_path):
     assert weights_digest(copy) != before
 
 
+def test_the_weights_are_hashed_once_until_a_file_is_written_again(monkeypatch, tmp_path):
+    """Every process that embeds a query names its export by the weights' digest: hashing 90 MB
+    each time was 0.1 s of a `cortex recall`."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    copy = tmp_path / "model"
+    shutil.copytree(embedder_source(), copy)
+    first = weights_digest(copy)
+    read = []
+    real_file_digest = embedder_module.hashlib.file_digest
+
+    def file_digest(fh, name):
+        read.append(fh.name)
+        return real_file_digest(fh, name)
+
+    monkeypatch.setattr(embedder_module.hashlib, "file_digest", file_digest)
+    assert weights_digest(copy) == first
+    assert read == []
+    (copy / "config.json").write_text((copy / "config.json").read_text())  # same bytes, written again
+    assert weights_digest(copy) == first
+    assert str(copy / "model.safetensors") in read
+
+
 def test_an_export_that_misses_torch_leaves_queries_on_torch(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(embedder_module, "QUERY_MIN_COSINE", 1.01)  # no export reaches it
