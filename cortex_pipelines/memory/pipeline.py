@@ -18,11 +18,12 @@ from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.extract import (
     InjectedText,
     UnreadableExtraction,
+    clean_fact,
     extract_offline,
     extract_with_llm,
 )
 from cortex_pipelines.memory.recall_config import preset
-from cortex_pipelines.memory.updates import facts_about
+from cortex_pipelines.memory.updates import facts_about, statements_of
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, VectorStore, vector_store
 from cortex_pipelines.storage import Database, cursors, facts, session, turn_vectors, updates, utcnow
 from cortex_pipelines.storage.facts import OP_HARVEST, FactDraft, norm_hash
@@ -361,17 +362,19 @@ def extract_new_facts(
     written = remember(db, vectors, embedder, settings, drafts, rebuild_outdated=True)
     report.new, report.reinforced = written.new, written.reinforced
     margin = preset(settings.recall_preset).update_fact_margin
-    report.outdated = close_outdated_facts(db, embedder, margin)  # facts from statements the user updated
+    # facts from statements the user updated
+    report.outdated = close_outdated_facts(db, embedder, settings, margin)
     db.run(cursors.write, EXTRACTION_CURSOR, upto)
     log(f"read {len(turns)} user turn(s): {len(report.new)} new fact(s), {len(report.reinforced)} reinforced")
     return report
 
 
-def close_outdated_facts(db: Database, embedder: Embedder, margin: float) -> list[int]:
+def close_outdated_facts(db: Database, embedder: Embedder, settings: Settings, margin: float) -> list[int]:
     """Facts whose every source statement was updated stop being current, but of the facts that
     statements yielded together only those the update is about: "I live in Lisbon and work at Acme
     as a nurse", then "I moved to Porto", had closed "works at Acme" with "lives in Lisbon". The
-    others stay current until a later update. Returns the closed facts' ids."""
+    others stay current until a later update, and so do the statements of a closed fact that the
+    update is not about (`keep_apart`). Returns the closed facts' ids."""
     together: dict[tuple[int, ...], list[dict]] = defaultdict(list)
     for fact in db.run(updates.outdated_candidates):
         together[tuple(sorted(fact["sources"]))].append(fact)
@@ -382,11 +385,43 @@ def close_outdated_facts(db: Database, embedder: Embedder, margin: float) -> lis
         for fact in candidates:
             (outdated if fact["text"] in about else kept).append(fact)
 
+    apart = kept_apart(embedder, [(f["id"], f["text"], " ".join(f["newer"])) for f in outdated], margin)
+
     def close(con):
         updates.keep_current(con, kept)
-        return updates.close_facts(con, outdated)
+        closed = updates.close_facts(con, outdated)
+        split_closed(con, closed, apart)
+        return closed
 
-    return db.run(close)
+    closed = db.run(close)
+    if apart.keys() & set(closed):
+        sync_facts(db, vector_store(settings.paths.lance), embedder, settings)  # embedded at once
+    return closed
+
+
+def kept_apart(
+    embedder: Embedder, closing: list[tuple[int, str, str]], margin: float
+) -> dict[int, list[str]]:
+    """Of facts a change closes, (id, text, the change), the statements each joins that the change
+    is not about ("I live in Lisbon and my locker code is 4471", then "I moved to Porto": "My locker
+    code is 4471"), by fact id; a fact that joins none is not there."""
+    apart = {}
+    for fact_id, text, change in closing:
+        statements = statements_of(text)
+        if len(statements) < 2:
+            continue
+        about = facts_about(embedder.encode_few, change, statements, margin)
+        if rest := [clean_fact(s) for s in statements if s not in about]:
+            apart[fact_id] = rest
+    return apart
+
+
+def split_closed(con, closed: list[int], apart: dict[int, list[str]]) -> None:
+    """In the transaction that closed them: each closed fact's statements that stay true become
+    facts of their own, so the bulletin and recall keep what the change did not touch."""
+    for fact_id in closed:
+        if fact_id in apart:
+            facts.split_off(con, fact_id, apart[fact_id])
 
 
 def _by_model(db, complete, chunk: list[Turn], injected, report: WriteReport, log: Log) -> list[FactDraft]:

@@ -399,6 +399,43 @@ def superseded_statement(
     return list(earlier[best].sources), float(cosines[best])
 
 
+# A fact the offline extraction drew from one sentence may join statements of the user's ("I live in
+# Lisbon and my locker code is 4471"): a change of one ("I moved to Porto") closed the whole fact,
+# and the locker code left the bulletin as "no longer current". Joined by "and", "but" or ";" and
+# each opening with the user ("I", "we", "my …", "our …") followed by a verb, they are told apart.
+_JOINED_STATEMENT = re.compile(
+    r"\s*(?:,?\s+(?:and|but)|;(?:\s*(?:and|but))?)\s+(?=(?:I|I['’](?:m|ve|d|ll)|(?i:we|we['’](?:re|ve)|my|our))\b)"
+)
+_USER_OPENS = re.compile(r"^(?:I|I['’](?:m|ve|d|ll)|(?i:we|we['’](?:re|ve)))$")
+_USER_OWNS = re.compile(r"^(?i:my|our)$")
+MIN_STATEMENT_WORDS = 3
+
+
+def statements_of(text: str) -> list[str]:
+    """The user's statements a fact's text joins, each as said; the text alone when it joins none
+    (a part without a verb of its own: "My sister and I live in Paris")."""
+    parts = [part.strip(" ,;") for part in _JOINED_STATEMENT.split(text.strip())]
+    if len(parts) < 2 or not all(_states(part) for part in parts):
+        return [text]
+    return parts
+
+
+def _states(part: str) -> bool:
+    """Whether a part is a statement of the user's: "I" or "we" and two more words ("I'm" and
+    one), or "my"/"our" and a subject of at most MAX_SUBJECT_WORDS words followed by a verb ("my
+    locker code is 4471")."""
+    tokens = _TOKEN.findall(part)
+    if not tokens:
+        return False
+    if _USER_OPENS.match(tokens[0]):  # "I'm vegetarian": the verb is in the first word
+        return len(tokens) >= MIN_STATEMENT_WORDS - bool(re.search("['’]", tokens[0]))
+    return (
+        len(tokens) >= MIN_STATEMENT_WORDS
+        and bool(_USER_OWNS.match(tokens[0]))
+        and any(VERBISH.match(token) for token in tokens[2 : MAX_SUBJECT_WORDS + 2])
+    )
+
+
 def facts_about(
     encode: Callable[[list[str]], np.ndarray], change: str, drawn_together: list[str], margin: float
 ) -> set[str]:

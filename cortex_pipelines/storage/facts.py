@@ -169,6 +169,29 @@ def edit(con, fact_id: int, text: str) -> int | None:
     return new_id
 
 
+def split_off(con, fact_id: int, texts: list[str]) -> list[int]:
+    """Statements of a fact that stay true while a change closes the rest of it: facts of their own,
+    with its sources, categories, importance, origin and tier."""
+    old = get(con, fact_id)
+    if old is None or old["status"] != "active":
+        return []
+    made = []
+    for text in texts:
+        draft = FactDraft(
+            text,
+            old["category"],
+            old["importance"],
+            tuple(old["sources"]),
+            tuple(old["channels"]),
+            old["stated_at"],
+            origin=old["origin"],
+            categories=tuple(old["categories"]),
+        )
+        made.append(insert(con, draft, tier=old["tier"]))
+        _audit(con, made[-1], "split_from", fact=fact_id)
+    return made
+
+
 def update(con, fact_id: int, importance: float | None, categories: list[str] | None, reason: str) -> bool:
     """The owner re-rates or re-files an active fact; the first category becomes the primary one."""
     row = con.execute(

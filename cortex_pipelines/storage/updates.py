@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from cortex_pipelines.storage import facts
 from cortex_pipelines.storage.db import utcnow
 from cortex_pipelines.storage.rows import dict_rows
 from cortex_pipelines.storage.session import NOT_FORGOTTEN
@@ -226,7 +227,25 @@ def reopen_facts(con, erased_turns: list[int]) -> list[int]:
             "VALUES (?, ?, 'current_again', '{}')",
             [fact_id, now],
         )
+    _retire_split_offs(con, stale)
     return stale
+
+
+def _retire_split_offs(con, whole_again: list[int]) -> None:
+    """A fact current again holds its statements whole: those split off it as it closed
+    (facts.split_off) leave memory for it, or "My locker code is 4471" would be there twice."""
+    if not whole_again:
+        return
+    rows = con.execute(
+        """
+        SELECT e.fact_id, CAST(json_extract(e.detail, '$.fact') AS BIGINT) AS whole
+        FROM fact_events e JOIN facts f ON f.id = e.fact_id AND f.status = 'active'
+        WHERE e.action = 'split_from' AND list_contains(?::BIGINT[], whole)
+        """,
+        [whole_again],
+    ).fetchall()
+    for split_id, whole in rows:
+        facts.drop_duplicate(con, split_id, whole, reason="the fact it was split from is current again")
 
 
 def earlier_statements_matching(con, before_id: int, pattern: str, limit: int) -> list[dict]:
@@ -244,4 +263,3 @@ def earlier_statements_matching(con, before_id: int, pattern: str, limit: int) -
         [before_id, pattern, limit],
     )
     return dict_rows(cur)
-

@@ -31,6 +31,7 @@ from cortex_pipelines.memory.updates import (
     co_recalled_updates,
     newest_successors,
     same_subject,
+    statements_of,
     subject_of,
     superseded_statement,
 )
@@ -109,6 +110,64 @@ def test_a_move_announced_later_is_answered_first_and_the_old_home_stays_history
         assert con.execute("SELECT count(*) FROM statement_updates").fetchone()[0] == 1
         closed = con.execute("SELECT text FROM facts WHERE valid_to IS NOT NULL").fetchall()
         assert [t for (t,) in closed] == ["I live in Lisbon, right by the river."]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["answered-between", "one-batch"])
+def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_path, together):
+    """A move after "I live in Lisbon and my locker code is 4471": the offline extraction drew one
+    fact from the sentence, and the move closed all of it, so the locker code left the bulletin and
+    was answered as "no longer current". Whether the move is answered after the first message's
+    facts exist, or in the same batch (then the extraction asset closes the fact)."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("--now", "-3d", "send", "webchat", "I live in Lisbon and my locker code is 4471.", home=home)
+    if not together:
+        cortex("--now", "-3d", "run", home=home)
+    cortex("send", "webchat", "Actually I moved to Porto last week.", home=home)
+    cortex("run", home=home)
+    cortex("send", "webchat", "What is my locker code?", home=home)
+    cortex("run", home=home)
+
+    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
+    first = answer.splitlines()[1]
+    assert "My locker code is 4471" in first and "since updated" not in first, answer
+    code = _json(cortex("recall", "what is my locker code", "-k", "3", "--json", home=home))[0]
+    assert code["text"] == "My locker code is 4471." and "updated_by" not in code, code
+    home_now = _json(cortex("recall", "where do I live", "-k", "3", "--json", home=home))
+    assert "Porto" in home_now[0]["text"], home_now
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "My locker code is" in bulletin and "Porto" in bulletin and "Lisbon" not in bulletin, bulletin
+    with duckdb.connect(str(home / "cortex.duckdb"), read_only=True) as con:
+        closed = con.execute("SELECT text FROM facts WHERE valid_to IS NOT NULL").fetchall()
+        assert closed == [("I live in Lisbon and my locker code is 4471.",)]  # history stays
+
+    # The move erased: the sentence is current again, whole, and its split-off part leaves memory.
+    cortex("erase", "--matching", "moved to Porto", "--yes", home=home)
+    code = _json(cortex("recall", "what is my locker code", "-k", "3", "--json", home=home))
+    whole = "I live in Lisbon and my locker code is 4471."
+    assert [h["text"] for h in code if "locker" in h["text"]] == [whole], code
+    assert "updated_by" not in code[0], code
+
+
+@pytest.mark.parametrize(
+    ("text", "statements"),
+    [
+        ("I live in Lisbon and my locker code is 4471.", ["I live in Lisbon", "my locker code is 4471."]),
+        ("I'm vegetarian but my husband eats meat.", ["I'm vegetarian", "my husband eats meat."]),
+        ("We moved to Porto; our flat has a view", ["We moved to Porto", "our flat has a view"]),
+        ("I like tea, and I like coffee", ["I like tea", "I like coffee"]),
+        # parts that are no statements of their own stay together
+        ("My sister and I live in Paris.", ["My sister and I live in Paris."]),
+        ("My sister Ana and I live in Paris.", ["My sister Ana and I live in Paris."]),
+        ("My mother and my father live in Rome.", ["My mother and my father live in Rome."]),
+        ("I live in Lisbon and work at Acme.", ["I live in Lisbon and work at Acme."]),
+        ("Tom and I went hiking", ["Tom and I went hiking"]),
+        ("Bread and I", ["Bread and I"]),
+        ("; I live here", ["; I live here"]),
+    ],
+)
+def test_which_statements_a_sentence_joins(text, statements):
+    assert statements_of(text) == statements
 
 
 def test_a_chain_of_updates_resolves_to_the_newest_in_the_next_message(settings, db):
