@@ -385,18 +385,12 @@ def close_outdated_facts(db: Database, embedder: Embedder, settings: Settings, m
         for fact in candidates:
             (outdated if fact["text"] in about else kept).append(fact)
 
-    apart = kept_apart(embedder, [(f["id"], f["text"], " ".join(f["newer"])) for f in outdated], margin)
-
-    def close(con):
+    def close(con) -> list[int]:
         updates.keep_current(con, kept)
-        closed = updates.close_facts(con, outdated)
-        split_closed(con, closed, apart)
-        return closed
+        return updates.close_facts(con, outdated)
 
-    closed = db.run(close)
-    if apart.keys() & set(closed):
-        sync_facts(db, vector_store(settings.paths.lance), embedder, settings)  # embedded at once
-    return closed
+    apart = kept_apart(embedder, [(f["id"], f["text"], " ".join(f["newer"])) for f in outdated], margin)
+    return close_keeping_apart(db, embedder, settings, close, apart)
 
 
 def kept_apart(
@@ -416,12 +410,28 @@ def kept_apart(
     return apart
 
 
-def split_closed(con, closed: list[int], apart: dict[int, list[str]]) -> None:
-    """In the transaction that closed them: each closed fact's statements that stay true become
-    facts of their own, so the bulletin and recall keep what the change did not touch."""
-    for fact_id in closed:
-        if fact_id in apart:
-            facts.split_off(con, fact_id, apart[fact_id])
+def close_keeping_apart(
+    db: Database,
+    embedder: Embedder,
+    settings: Settings,
+    close: Callable[[object], list[int]],
+    apart: dict[int, list[str]],
+) -> list[int]:
+    """Run `close`, a transaction that closes facts; in it, each closed fact's statements in `apart`
+    become facts of their own, embedded at once, so the bulletin and recall keep what the change did
+    not touch. Returns the closed facts' ids."""
+
+    def closing(con) -> list[int]:
+        closed = close(con)
+        for fact_id in closed:
+            if fact_id in apart:
+                facts.split_off(con, fact_id, apart[fact_id])
+        return closed
+
+    closed = db.run(closing)
+    if apart.keys() & set(closed):
+        sync_facts(db, vector_store(settings.paths.lance), embedder, settings)
+    return closed
 
 
 def _by_model(db, complete, chunk: list[Turn], injected, report: WriteReport, log: Log) -> list[FactDraft]:

@@ -10,10 +10,12 @@ whose questions often ask what was true before; not adopted.
 
 from __future__ import annotations
 
+from functools import partial
+
 from cortex_pipelines.config import Settings
 from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
-from cortex_pipelines.memory.pipeline import close_outdated_facts, kept_apart, split_closed, sync_facts
+from cortex_pipelines.memory.pipeline import close_keeping_apart, close_outdated_facts, kept_apart
 from cortex_pipelines.memory.recall import Hit, recall
 from cortex_pipelines.memory.recall_config import preset
 from cortex_pipelines.memory.updates import (
@@ -23,7 +25,6 @@ from cortex_pipelines.memory.updates import (
     subject_of,
     superseded_statement,
 )
-from cortex_pipelines.memory.vectors import vector_store
 from cortex_pipelines.storage import Database, session, updates
 from cortex_pipelines.text import never_an_answer
 
@@ -72,16 +73,12 @@ def link_update(
     margin = config.update_fact_margin
     about = facts_about(embedder.encode_few, text, [f["text"] for f in current], margin)
     named = [(f["id"], f["text"], text) for f in current if f["text"] in about]
-    apart = kept_apart(embedder, named, margin)
-
-    def close(con) -> list[int]:
-        closed = updates.close_facts_by(con, [fact_id for fact_id, *_ in named], session_id)
-        split_closed(con, closed, apart)
-        return closed
-
-    closed = db.run(close) if named else []
-    if apart.keys() & set(closed):
-        sync_facts(db, vector_store(settings.paths.lance), embedder, settings)
+    closed = []
+    if named:
+        apart = kept_apart(embedder, named, margin)
+        ids = [fact_id for fact_id, *_ in named]
+        closing = partial(updates.close_facts_by, fact_ids=ids, session_id=session_id)
+        closed = close_keeping_apart(db, embedder, settings, closing, apart)
     closed += close_outdated_facts(db, embedder, settings, margin)
     return f"updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
 

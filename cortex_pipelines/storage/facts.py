@@ -154,17 +154,7 @@ def edit(con, fact_id: int, text: str) -> int | None:
     old = get(con, fact_id)
     if old is None or old["status"] != "active":
         return None
-    draft = FactDraft(
-        text,
-        old["category"],
-        old["importance"],
-        tuple(old["sources"]),
-        tuple(old["channels"]),
-        old["stated_at"],
-        origin="edit",
-        categories=tuple(old["categories"]),
-    )
-    new_id = insert(con, draft, tier="hot")
+    new_id = insert(con, _restated(old, text, origin="edit"), tier="hot")
     supersede(con, fact_id, new_id, reason="edited")
     return new_id
 
@@ -177,19 +167,23 @@ def split_off(con, fact_id: int, texts: list[str]) -> list[int]:
         return []
     made = []
     for text in texts:
-        draft = FactDraft(
-            text,
-            old["category"],
-            old["importance"],
-            tuple(old["sources"]),
-            tuple(old["channels"]),
-            old["stated_at"],
-            origin=old["origin"],
-            categories=tuple(old["categories"]),
-        )
-        made.append(insert(con, draft, tier=old["tier"]))
+        made.append(insert(con, _restated(old, text, origin=old["origin"]), tier=old["tier"]))
         _audit(con, made[-1], "split_from", fact=fact_id)
     return made
+
+
+def _restated(old: dict, text: str, origin: str) -> FactDraft:
+    """A new text for a fact: its sources, channels, time, categories and importance."""
+    return FactDraft(
+        text,
+        old["category"],
+        old["importance"],
+        tuple(old["sources"]),
+        tuple(old["channels"]),
+        old["stated_at"],
+        origin=origin,
+        categories=tuple(old["categories"]),
+    )
 
 
 def update(con, fact_id: int, importance: float | None, categories: list[str] | None, reason: str) -> bool:
