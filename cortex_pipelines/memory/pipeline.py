@@ -374,7 +374,7 @@ def close_outdated_facts(db: Database, embedder: Embedder, settings: Settings, m
     statements yielded together only those the update is about: "I live in Lisbon and work at Acme
     as a nurse", then "I moved to Porto", had closed "works at Acme" with "lives in Lisbon". The
     others stay current until a later update, and so do the statements of a closed fact that the
-    update is not about (`keep_apart`). Returns the closed facts' ids."""
+    update is not about (`close_keeping_apart`). Returns the closed facts' ids."""
     together: dict[tuple[int, ...], list[dict]] = defaultdict(list)
     for fact in db.run(updates.outdated_candidates):
         together[tuple(sorted(fact["sources"]))].append(fact)
