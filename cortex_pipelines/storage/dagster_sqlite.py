@@ -74,7 +74,7 @@ def _keep_event_log_connections(instance: DagsterInstance) -> dict:
     for every read and write: a one-message `cortex run` made ~500, and closing each (the last
     connection to a WAL file checkpoints it) cost more than the queries. A kept connection is given
     out again only while its path names the file it opened (same device and inode): a run's file
-    deleted meanwhile (run-history retention) or put back (a restore) is opened afresh, as before."""
+    deleted meanwhile (run-history retention in another process) is opened afresh, as before."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
     from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
     from sqlalchemy import create_engine, event
