@@ -10,9 +10,9 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     asset,
-    asset_check,
 )
 
+from cortex_pipelines.assets.checks import Check, checks_in_one_step
 from cortex_pipelines.assets.ingest import ingest_materialization
 from cortex_pipelines.brain.linger import Linger
 from cortex_pipelines.brain.loop import Brain, DrainReport
@@ -114,12 +114,8 @@ def _report_ingest(context: AssetExecutionContext, db: Database, report: IngestR
         context.log_event(event)
 
 
-@asset_check(
-    asset=session_messages,
-    description="Red while any message failed for good; `cortex retry` puts them back in the queue.",
-)
-def no_failed_messages(database: DatabaseResource) -> AssetCheckResult:
-    db = database.get()
+def no_failed_messages(resources) -> AssetCheckResult:
+    db = resources.database.get()
     failed = db.run(bus.latest_failures, 20)
     preview = "\n".join(f"- #{f['id']} {f['channel']}: {one_line(f['error'] or '', 300)}" for f in failed)
     return AssetCheckResult(
@@ -129,13 +125,8 @@ def no_failed_messages(database: DatabaseResource) -> AssetCheckResult:
     )
 
 
-@asset_check(
-    asset=session_messages,
-    description="Red while any reply is dead-lettered (undeliverable after CORTEX_OUTBOX_MAX_ATTEMPTS, "
-    "or given up by its connector); `cortex outbox --dead` lists them, `--requeue-dead` retries them.",
-)
-def no_dead_letters(database: DatabaseResource) -> AssetCheckResult:
-    db = database.get()
+def no_dead_letters(resources) -> AssetCheckResult:
+    db = resources.database.get()
     dead = db.run(outbox.dead_letters, 5)
     preview = "\n".join(
         f"- reply {d['id']} on {d['channel']}: {one_line(d['error'] or 'no reason given', 300)}" for d in dead
@@ -150,4 +141,25 @@ def no_dead_letters(database: DatabaseResource) -> AssetCheckResult:
     )
 
 
-BRAIN_CHECKS = [no_failed_messages, no_dead_letters]
+BRAIN_CHECKS = [
+    checks_in_one_step(
+        "brain_checks",
+        "The bus's failed messages and the outbox's dead letters.",
+        [
+            Check(
+                "no_failed_messages",
+                "session_messages",
+                "Red while any message failed for good; `cortex retry` puts them back in the queue.",
+                no_failed_messages,
+            ),
+            Check(
+                "no_dead_letters",
+                "session_messages",
+                "Red while any reply is dead-lettered (undeliverable after CORTEX_OUTBOX_MAX_ATTEMPTS, "
+                "or given up by its connector); `cortex outbox --dead` lists them, `--requeue-dead` "
+                "retries them.",
+                no_dead_letters,
+            ),
+        ],
+    )
+]

@@ -12,9 +12,9 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     asset,
-    asset_check,
 )
 
+from cortex_pipelines.assets.checks import Check, checks_in_one_step
 from cortex_pipelines.automation import (
     DAILY,
     EVERY_6_HOURS,
@@ -263,28 +263,24 @@ def observations(
     )
 
 
-@asset_check(asset=extracted_facts, description="No two active facts share a normalized text.")
-def no_duplicate_facts(database: DatabaseResource) -> AssetCheckResult:
-    groups = database.get().run(facts.duplicate_groups)
+def no_duplicate_facts(resources) -> AssetCheckResult:
+    groups = resources.database.get().run(facts.duplicate_groups)
     return AssetCheckResult(passed=not groups, metadata={"duplicate_groups": groups})
 
 
-@asset_check(asset=extracted_facts, description="Every active fact names the messages it came from.")
-def facts_have_sources(database: DatabaseResource) -> AssetCheckResult:
-    orphans = database.get().run(facts.active_without_sources)
+def facts_have_sources(resources) -> AssetCheckResult:
+    orphans = resources.database.get().run(facts.active_without_sources)
     return AssetCheckResult(passed=orphans == 0, metadata={"facts_without_sources": orphans})
 
 
-@asset_check(asset=extracted_facts, description="Hot memory stays within its cap.")
-def hot_memory_within_cap(settings: SettingsResource, database: DatabaseResource) -> AssetCheckResult:
-    hot = database.get().run(facts.tier_counts)["hot"]
-    cap = settings.get().hot_cap
+def hot_memory_within_cap(resources) -> AssetCheckResult:
+    hot = resources.database.get().run(facts.tier_counts)["hot"]
+    cap = resources.settings.get().hot_cap
     return AssetCheckResult(passed=hot <= cap, metadata={"hot": hot, "cap": cap})
 
 
-@asset_check(asset=extracted_facts, description="LanceDB's semantic table agrees with DuckDB.")
-def lancedb_agrees_with_duckdb(database: DatabaseResource, vectors: VectorsResource) -> AssetCheckResult:
-    missing, stale = cockpit.semantic_drift(database.get(), vectors.get())
+def lancedb_agrees_with_duckdb(resources) -> AssetCheckResult:
+    missing, stale = cockpit.semantic_drift(resources.database.get(), resources.vectors.get())
     return AssetCheckResult(
         passed=not missing and not stale,
         metadata={"missing_in_lancedb": missing, "stale_in_lancedb": stale},
@@ -300,4 +296,35 @@ MEMORY_ASSETS = [
     memory_maintenance,
     observations,
 ]
-MEMORY_CHECKS = [no_duplicate_facts, facts_have_sources, hot_memory_within_cap, lancedb_agrees_with_duckdb]
+MEMORY_CHECKS = [
+    checks_in_one_step(
+        "memory_checks",
+        "The facts' integrity: no duplicates, sources, the hot cap, LanceDB in step with DuckDB.",
+        [
+            Check(
+                "no_duplicate_facts",
+                "extracted_facts",
+                "No two active facts share a normalized text.",
+                no_duplicate_facts,
+            ),
+            Check(
+                "facts_have_sources",
+                "extracted_facts",
+                "Every active fact names the messages it came from.",
+                facts_have_sources,
+            ),
+            Check(
+                "hot_memory_within_cap",
+                "extracted_facts",
+                "Hot memory stays within its cap.",
+                hot_memory_within_cap,
+            ),
+            Check(
+                "lancedb_agrees_with_duckdb",
+                "extracted_facts",
+                "LanceDB's semantic table agrees with DuckDB.",
+                lancedb_agrees_with_duckdb,
+            ),
+        ],
+    )
+]

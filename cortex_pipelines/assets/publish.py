@@ -17,9 +17,9 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     asset,
-    asset_check,
 )
 
+from cortex_pipelines.assets.checks import Check, checks_in_one_step
 from cortex_pipelines.automation import DAILY, HOURLY, WITHIN_3_TO_7_DAYS, after_input, on_new_input
 from cortex_pipelines.config import Paths
 from cortex_pipelines.llm import cost
@@ -197,21 +197,16 @@ def boot_context(
     return _file_result(context, boot.write_boot_context(database.get(), settings.get()))
 
 
-@asset_check(asset=boot_context, description="BOOTSTRAP.md stays within its character budget.")
-def boot_within_budget(settings: SettingsResource) -> AssetCheckResult:
-    config = settings.get()
+def boot_within_budget(resources) -> AssetCheckResult:
+    config = resources.settings.get()
     chars = len(config.paths.bootstrap.read_text()) if config.paths.bootstrap.is_file() else 0
     return AssetCheckResult(
         passed=chars <= config.boot_max_chars, metadata={"chars": chars, "budget": config.boot_max_chars}
     )
 
 
-@asset_check(
-    asset=memory_bulletin,
-    description="The bulletin was confirmed current within its refresh interval (plus 15 minutes of slack).",
-)
-def bulletin_fresh(settings: SettingsResource, database: DatabaseResource) -> AssetCheckResult:
-    fresh = bulletin.freshness(database.get(), settings.get())
+def bulletin_fresh(resources) -> AssetCheckResult:
+    fresh = bulletin.freshness(resources.database.get(), resources.settings.get())
     return AssetCheckResult(
         passed=fresh.current,
         severity=AssetCheckSeverity.WARN,
@@ -219,26 +214,42 @@ def bulletin_fresh(settings: SettingsResource, database: DatabaseResource) -> As
     )
 
 
-def _no_secrets_check(asset_def, name: str):
-    @asset_check(
-        asset=asset_def,
-        name=f"{name}_has_no_secrets",
-        description=f"{FILE_NAMES[name]} carries no API key or secret-like string.",
-    )
-    def check(settings: SettingsResource) -> AssetCheckResult:
-        config = settings.get()
+def _no_secrets(name: str) -> Check:
+    def evaluate(resources) -> AssetCheckResult:
+        config = resources.settings.get()
         path = config.paths.published[name]
         found = find_secrets(path.read_text(), config) if path.is_file() else []
         return AssetCheckResult(passed=not found, metadata={"findings": len(found)})
 
-    return check
+    return Check(
+        f"{name}_has_no_secrets",
+        name,
+        f"{FILE_NAMES[name]} carries no API key or secret-like string.",
+        evaluate,
+    )
 
 
 PUBLISH_ASSETS = [threads, decisions, narrative_file, memory_bulletin, boot_context]
 PUBLISH_CHECKS = [
-    boot_within_budget,
-    bulletin_fresh,
-    _no_secrets_check(narrative_file, "narrative"),
-    _no_secrets_check(memory_bulletin, "memory_bulletin"),
-    _no_secrets_check(boot_context, "boot_context"),
+    checks_in_one_step(
+        "published_file_checks",
+        "What the published files hold: BOOTSTRAP.md's budget, the bulletin's freshness, no secrets.",
+        [
+            Check(
+                "boot_within_budget",
+                "boot_context",
+                "BOOTSTRAP.md stays within its character budget.",
+                boot_within_budget,
+            ),
+            Check(
+                "bulletin_fresh",
+                "memory_bulletin",
+                "The bulletin was confirmed current within its refresh interval (plus 15 minutes of slack).",
+                bulletin_fresh,
+            ),
+            _no_secrets("narrative"),
+            _no_secrets("memory_bulletin"),
+            _no_secrets("boot_context"),
+        ],
+    )
 ]

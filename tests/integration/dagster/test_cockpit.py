@@ -56,16 +56,19 @@ def test_failed_messages_turn_the_check_red_until_retried(settings, db):
     assert db.run(bus.counts)["failed"] == 1
     resources = cortex_resources(str(settings.home))
     session = [a for a in ALL_ASSETS if a.key.path[0] == "session_messages"]
-    check = [c for c in ALL_CHECKS if "no_failed_messages" in str(c.check_keys)]
+    checks = [c for c in ALL_CHECKS if "no_failed_messages" in str(c.check_keys)]
+
+    def evaluation(result):
+        return {e.check_name: e for e in result.get_asset_check_evaluations()}["no_failed_messages"]
+
     with DagsterInstance.ephemeral() as instance:
         # the brain lease in this process is free again, so the run drains (nothing to do)
-        red = materialize([*session, *check], instance=instance, resources=resources, raise_on_error=False)
-        evaluation = red.get_asset_check_evaluations()[0]
-        assert not evaluation.passed and "HTTP 500" in evaluation.metadata["latest"].value
+        red = materialize([*session, *checks], instance=instance, resources=resources, raise_on_error=False)
+        assert not evaluation(red).passed and "HTTP 500" in evaluation(red).metadata["latest"].value
         assert db.run(requeue_failed, None) == [1]
         Brain(db, s, ScriptedClient("hi")).drain()
-        green = materialize([*session, *check], instance=instance, resources=resources)
-        assert green.get_asset_check_evaluations()[0].passed
+        green = materialize([*session, *checks], instance=instance, resources=resources)
+        assert evaluation(green).passed
 
 
 def test_rebuild_memory_job_re_embeds_everything(settings, db, tmp_path):

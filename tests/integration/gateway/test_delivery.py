@@ -178,18 +178,18 @@ def test_a_version_8_database_gets_recipients_for_replies_already_waiting(tmp_pa
 
 def test_a_dead_letter_turns_the_session_messages_check_red_with_its_reason(quick, db):
     """The UI shows undeliverable replies: the real check, run by Dagster after its asset."""
-    from dagster import AssetSelection, DagsterInstance, materialize
+    from dagster import AssetCheckKey, AssetSelection, DagsterInstance, materialize
 
-    from cortex_pipelines.assets.brain import no_dead_letters, session_messages
+    from cortex_pipelines.assets.brain import BRAIN_CHECKS, session_messages
     from cortex_pipelines.resources import cortex_resources
 
     def check_once():
         with DagsterInstance.ephemeral() as instance:
             result = materialize(
-                [session_messages, no_dead_letters],
+                [session_messages, *BRAIN_CHECKS],
                 instance=instance,
                 resources=cortex_resources(str(quick.home)),
-                selection=AssetSelection.checks(no_dead_letters),
+                selection=AssetSelection.checks(AssetCheckKey(session_messages.key, "no_dead_letters")),
             )
         (evaluation,) = result.get_asset_check_evaluations()
         return evaluation
