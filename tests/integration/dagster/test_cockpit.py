@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus, materialize
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    materialize,
+)
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster_graphql.test.utils import define_out_of_process_context, materialize_assets
 
@@ -69,6 +77,27 @@ def test_failed_messages_turn_the_check_red_until_retried(settings, db):
         Brain(db, s, ScriptedClient("hi")).drain()
         green = materialize([*session, *checks], instance=instance, resources=resources)
         assert evaluation(green).passed
+
+
+def test_one_check_runs_alone_as_from_the_ui_and_one_asset_runs_only_its_own_checks(settings, db):
+    """A group's checks share one step, yet the UI still executes a single check, and a run of one
+    asset evaluates that asset's checks and no others."""
+    resources = cortex_resources(str(settings.home))
+    one = AssetCheckKey(AssetKey("extracted_facts"), "hot_memory_within_cap")
+    everything = [*ALL_ASSETS, *ALL_CHECKS]
+    with DagsterInstance.ephemeral() as instance:
+        alone = materialize(
+            everything, selection=AssetSelection.checks(one), instance=instance, resources=resources
+        )
+        narrative = materialize(
+            everything, selection=AssetSelection.assets("narrative"), instance=instance, resources=resources
+        )
+    assert [e.asset_check_key for e in alone.get_asset_check_evaluations()] == [one]
+    assert not alone.get_asset_materialization_events()
+    assert {e.asset_check_key for e in narrative.get_asset_check_evaluations()} == {
+        AssetCheckKey(AssetKey("narrative"), "narrative_written"),
+        AssetCheckKey(AssetKey("narrative"), "narrative_has_no_secrets"),
+    }
 
 
 def test_rebuild_memory_job_re_embeds_everything(settings, db, tmp_path):
