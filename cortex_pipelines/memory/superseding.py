@@ -26,7 +26,7 @@ from cortex_pipelines.memory.updates import (
     superseded_statement,
 )
 from cortex_pipelines.storage import Database, session, updates
-from cortex_pipelines.text import never_an_answer
+from cortex_pipelines.text import never_an_answer, normalize
 
 
 def link_update(
@@ -38,13 +38,16 @@ def link_update(
     said_by: tuple[str, str | None],
 ) -> str | None:
     """Record the update an owner statement announcing a change makes: the earlier statement it
-    supersedes, and facts drawn only from superseded statements stop being current. Costs one
+    supersedes, and facts drawn only from superseded statements stop being current. A statement
+    said again after a change updates that change instead (`_restate`). Costs one
     recall, one scan of the user's turns by the attribute's words (about 50 ms at 100,000 turns)
     and one small encode, only for the few turns that announce a change. Returns what it linked,
     as a log line, or None."""
+    config = preset(settings.recall_preset)
+    if restated := _restated_statements(db, text, session_id, said_by):
+        return _restate(db, embedder, settings, restated, session_id, said_by[0], config.update_fact_margin)
     if not announces_change(text) and not changed_subject(text):
         return None
-    config = preset(settings.recall_preset)
     found = recall(db, settings, subject_of(text), k=config.update_candidates, exclude_sources={session_id})
     found += _statements_naming_the_same(db, text, session_id, found, config.update_attribute_candidates)
     found = [hit for hit in found if hit.fact_id is None or _said_by_them(db, hit, said_by)]
@@ -83,12 +86,62 @@ def link_update(
     return f"updates message(s) {old_ids} (cosine {cosine:.2f}); facts closed: {closed}"
 
 
+def _restated_statements(
+    db: Database, text: str, session_id: int, said_by: tuple[str, str | None]
+) -> list[dict]:
+    """Earlier statements of theirs, updated since, that this one says again word for word ("I live
+    in Lisbon" after "I moved to Porto"): it had been folded into the closed fact of the first
+    saying, so the user's latest word was answered as no longer current."""
+    if never_an_answer(text):
+        return []
+    said, superseded = normalize(text), db.run(updates.superseded_statements, session_id)
+    successor = {row["id"]: row["superseder"] for row in superseded}
+    restated = []
+    for row in superseded:
+        if normalize(row["text"]) == said and _spoken_by_them({(row["channel"], row["sender"])}, said_by):
+            while row["superseder"] in successor:  # a chain of changes: the newest one stands
+                row = {**row, "superseder": successor[row["superseder"]]}
+            restated.append(row)
+    return restated
+
+
+def _restate(
+    db: Database,
+    embedder: Embedder,
+    settings: Settings,
+    restated: list[dict],
+    session_id: int,
+    channel: str,
+    margin: float,
+) -> str:
+    """The restatement updates what had updated the statement it repeats, and the facts drawn from
+    that statement are current again, with the restatement as a source."""
+    restated_ids = [row["id"] for row in restated]
+    superseders = sorted({row["superseder"] for row in restated})
+
+    def link(con) -> list[int]:
+        for superseder in superseders:
+            updates.record(con, superseder, session_id, None)
+        return updates.current_again_restated(con, restated_ids, session_id, channel)
+
+    current = db.run(link)
+    closed = close_outdated_facts(db, embedder, settings, margin)
+    return (
+        f"restates message(s) {restated_ids}, updating {superseders}; facts current again: {current}, "
+        f"facts closed: {closed}"
+    )
+
+
 def _said_by_them(db: Database, fact: Hit, said_by: tuple[str, str | None]) -> bool:
     """Whether a fact may be updated by what `said_by` said: drawn from a turn of theirs, or of the
     owner on another channel (other ids there). A fact from another owner's turn in the same chat
     is that person's ("I live in Lisbon" is Ana's, not Ben's to update by moving)."""
+    return _spoken_by_them(db.run(session.speakers_of, list(fact.sources)), said_by)
+
+
+def _spoken_by_them(speakers: set[tuple[str, str | None]], said_by: tuple[str, str | None]) -> bool:
+    """Whether any of these (channel, sender) speakers is `said_by`, or the owner on another channel."""
     channel, sender = said_by
-    speakers = db.run(session.speakers_of, list(fact.sources))
     return any(c != channel or s == sender for c, s in speakers)
 
 

@@ -231,6 +231,50 @@ def reopen_facts(con, erased_turns: list[int]) -> list[int]:
     return stale
 
 
+def superseded_statements(con, before_id: int) -> list[dict]:
+    """The user's statements before `before_id` that a later one updated, each with who said it and
+    the statement that updated it (`superseder`). Few rows: one per change the user announced."""
+    return dict_rows(
+        con.execute(
+            """
+            SELECT s.id, s.content AS text, s.channel, s.sender, u.new_session_id AS superseder
+            FROM statement_updates u JOIN session s ON s.id = u.old_session_id AND s.role = 'user'
+            WHERE u.old_session_id < $before AND u.new_session_id < $before
+            ORDER BY s.id
+            """,
+            {"before": before_id},
+        )
+    )
+
+
+def current_again_restated(con, restated_ids: list[int], session_id: int, channel: str) -> list[int]:
+    """Facts an update closed that were drawn from statements the user has now said again
+    (`session_id`, on `channel`): current again, with the restatement among their sources."""
+    reopened = [
+        r[0]
+        for r in con.execute(
+            "SELECT id FROM facts WHERE status = 'active' AND valid_to IS NOT NULL "
+            "AND list_has_any(sources, ?::BIGINT[]) ORDER BY id",
+            [restated_ids],
+        ).fetchall()
+    ]
+    now = utcnow()
+    for fact_id in reopened:
+        con.execute(
+            "UPDATE facts SET valid_to = NULL, updated_at = ?, "
+            "sources = list_sort(list_distinct(list_append(sources, ?))), "
+            "channels = list_sort(list_distinct(list_append(channels, ?))) WHERE id = ?",
+            [now, session_id, channel, fact_id],
+        )
+        con.execute(
+            "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
+            "VALUES (?, ?, 'current_again', json_object('restated_by', ?))",
+            [fact_id, now, session_id],
+        )
+    _retire_split_offs(con, reopened)
+    return reopened
+
+
 def _retire_split_offs(con, whole_again: list[int]) -> None:
     """A fact current again holds its statements whole: those split off it as it closed
     (facts.split_off) leave memory for it, or "My locker code is 4471" would be there twice."""

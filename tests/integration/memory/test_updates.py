@@ -149,6 +149,37 @@ def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_pa
     assert "updated_by" not in code[0], code
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["answered-between", "one-batch"])
+def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, together):
+    """ "I live in Lisbon.", then "I moved to Porto last week.", then "I live in Lisbon." again: the
+    restatement had been folded into the closed Lisbon fact, so "where do I live?" answered Porto
+    and the user's latest word was "no longer current". In one batch, a move to Berlin between
+    them: the restatement updates the newest change."""
+    home = tmp_path / "home"
+    said = [("-20d", "I live in Lisbon."), ("-10d", "I moved to Porto last week.")]
+    if together:
+        said.append(("-5d", "I've moved to Berlin now."))
+    for when, text in said:
+        cortex("--now", when, "send", "webchat", text, home=home)
+        if not together:
+            cortex("--now", when, "run", home=home)
+    cortex("send", "webchat", "I live in Lisbon.", home=home)
+    if not together:
+        cortex("run", home=home)
+    cortex("send", "webchat", "where do I live?", home=home)
+    cortex("run", home=home)
+
+    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
+    first = answer.splitlines()[1]
+    assert "I live in Lisbon." in first and "since updated" not in first, answer
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    assert hits[0]["text"] == "I live in Lisbon." and "updated_by" not in hits[0], hits
+    moves = [h for h in hits if "moved" in h["text"]]
+    assert moves and all("updated_by" in h for h in moves), hits  # history, no longer current
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "Lisbon" in bulletin and "Porto" not in bulletin and "Berlin" not in bulletin, bulletin
+
+
 @pytest.mark.parametrize(
     ("text", "statements"),
     [
