@@ -418,6 +418,7 @@ def delete(con, plan: Plan, selector: str) -> int:
     (ids and counts: no hash of the texts either, as a short one, a PIN, is found again by trying
     them all); fills plan.counts and returns the erasure's id."""
     lists = {"bus": plan.bus_ids, "turns": plan.session_ids, "facts": plan.facts, **plan.ids}
+    citing = [] if plan.keeps_derived else updates.current_facts_citing(con, plan.session_ids)
     for name, sql in _DELETES:
         if plan.keeps_derived and name in _DERIVED_OF_TURNS:
             continue
@@ -426,6 +427,8 @@ def delete(con, plan: Plan, selector: str) -> int:
     if not plan.keeps_derived:
         # facts whose update was erased
         plan.counts["facts_current_again"] = len(updates.reopen_facts(con, plan.session_ids))
+        # facts whose one source not updated was erased ("I live in Lisbon" said again)
+        plan.counts["facts_closed_again"] = len(updates.close_if_every_source_updated(con, citing))
     _keep_out(con, plan.external_ids)
     return con.execute(
         "INSERT INTO erasures (erased_at, selector, bus_ids, session_ids, counts) VALUES (?, ?, ?, ?, ?) "

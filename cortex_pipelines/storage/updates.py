@@ -275,6 +275,24 @@ def current_again_restated(con, restated_ids: list[int], session_id: int, channe
     return reopened
 
 
+def current_facts_citing(con, turn_ids: list[int]) -> list[int]:
+    """The current facts these turns are sources of."""
+    rows = con.execute(
+        "SELECT id FROM facts WHERE status = 'active' AND valid_to IS NULL "
+        "AND list_has_any(sources, ?::BIGINT[]) ORDER BY id",
+        [turn_ids],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def close_if_every_source_updated(con, fact_ids: list[int]) -> list[int]:
+    """Close those of these facts whose every source statement is updated: after an erasure took
+    the one source that was not ("I live in Lisbon." said again after the move, then erased)."""
+    if not fact_ids:
+        return []
+    return close_facts(con, [fact for fact in outdated_candidates(con) if fact["id"] in set(fact_ids)])
+
+
 def _retire_split_offs(con, whole_again: list[int]) -> None:
     """A fact current again holds its statements whole: those split off it as it closed
     (facts.split_off) leave memory for it, or "My locker code is 4471" would be there twice."""

@@ -179,6 +179,13 @@ def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, togeth
     bulletin = (home / "out" / "memory_bulletin.md").read_text()
     assert "Lisbon" in bulletin and "Porto" not in bulletin and "Berlin" not in bulletin, bulletin
 
+    # The restatement erased: the newest move is current again, and Lisbon history again.
+    cortex("erase", "--turn", str(max(hits[0]["sources"])), "--yes", home=home)
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    (lisbon,) = [h for h in hits if h["text"] == "I live in Lisbon."]
+    newest = [h for h in hits if ("Berlin" if together else "Porto") in h["text"]]
+    assert "updated_by" in lisbon and newest and "updated_by" not in newest[0], hits
+
 
 @pytest.mark.parametrize(
     ("text", "statements"),
