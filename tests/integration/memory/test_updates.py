@@ -112,6 +112,14 @@ def test_a_move_announced_later_is_answered_first_and_the_old_home_stays_history
         assert [t for (t,) in closed] == ["I live in Lisbon, right by the river."]
 
 
+def _first_memory_answered(home, question: str) -> tuple[str, str]:
+    """`question` sent and answered by `cortex run`: the first memory its reply quotes, and the reply."""
+    cortex("send", "webchat", question, home=home)
+    cortex("run", home=home)
+    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
+    return answer.splitlines()[1], answer
+
+
 @pytest.mark.parametrize("together", [False, True], ids=["answered-between", "one-batch"])
 def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_path, together):
     """A move after "I live in Lisbon and my locker code is 4471": the offline extraction drew one
@@ -125,11 +133,8 @@ def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_pa
         cortex("--now", "-3d", "run", home=home)
     cortex("send", "webchat", "Actually I moved to Porto last week.", home=home)
     cortex("run", home=home)
-    cortex("send", "webchat", "What is my locker code?", home=home)
-    cortex("run", home=home)
 
-    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
-    first = answer.splitlines()[1]
+    first, answer = _first_memory_answered(home, "What is my locker code?")
     assert "My locker code is 4471" in first and "since updated" not in first, answer
     code = _json(cortex("recall", "what is my locker code", "-k", "3", "--json", home=home))[0]
     assert code["text"] == "My locker code is 4471." and "updated_by" not in code, code
@@ -166,11 +171,8 @@ def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, togeth
     cortex("send", "webchat", "I live in Lisbon.", home=home)
     if not together:
         cortex("run", home=home)
-    cortex("send", "webchat", "where do I live?", home=home)
-    cortex("run", home=home)
 
-    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
-    first = answer.splitlines()[1]
+    first, answer = _first_memory_answered(home, "where do I live?")
     assert "I live in Lisbon." in first and "since updated" not in first, answer
     hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
     assert hits[0]["text"] == "I live in Lisbon." and "updated_by" not in hits[0], hits
