@@ -4,6 +4,7 @@ the newer turn is recorded, before any fact is extracted from either."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from cortex_pipelines.storage import facts
@@ -219,16 +220,22 @@ def reopen_facts(con, erased_turns: list[int]) -> list[int]:
             {"erased": erased_turns},
         ).fetchall()
     ]
+    _current_again(con, stale, {})
+    return stale
+
+
+def _current_again(con, fact_ids: list[int], detail: dict) -> None:
+    """Reopen these closed facts, each with a `current_again` event; the statements split off them
+    as they closed leave memory (`_retire_split_offs`)."""
     now = utcnow()
-    for fact_id in stale:
+    for fact_id in fact_ids:
         con.execute("UPDATE facts SET valid_to = NULL, updated_at = ? WHERE id = ?", [now, fact_id])
         con.execute(
             "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
-            "VALUES (?, ?, 'current_again', '{}')",
-            [fact_id, now],
+            "VALUES (?, ?, 'current_again', ?)",
+            [fact_id, now, json.dumps(detail)],
         )
-    _retire_split_offs(con, stale)
-    return stale
+    _retire_split_offs(con, fact_ids)
 
 
 def superseded_statements(con, before_id: int) -> list[dict]:
@@ -258,20 +265,13 @@ def current_again_restated(con, restated_ids: list[int], session_id: int, channe
             [restated_ids],
         ).fetchall()
     ]
-    now = utcnow()
     for fact_id in reopened:
         con.execute(
-            "UPDATE facts SET valid_to = NULL, updated_at = ?, "
-            "sources = list_sort(list_distinct(list_append(sources, ?))), "
+            "UPDATE facts SET sources = list_sort(list_distinct(list_append(sources, ?))), "
             "channels = list_sort(list_distinct(list_append(channels, ?))) WHERE id = ?",
-            [now, session_id, channel, fact_id],
+            [session_id, channel, fact_id],
         )
-        con.execute(
-            "INSERT INTO fact_events (fact_id, happened_at, action, detail) "
-            "VALUES (?, ?, 'current_again', json_object('restated_by', ?))",
-            [fact_id, now, session_id],
-        )
-    _retire_split_offs(con, reopened)
+    _current_again(con, reopened, {"restated_by": session_id})
     return reopened
 
 
@@ -290,7 +290,8 @@ def close_if_every_source_updated(con, fact_ids: list[int]) -> list[int]:
     the one source that was not ("I live in Lisbon." said again after the move, then erased)."""
     if not fact_ids:
         return []
-    return close_facts(con, [fact for fact in outdated_candidates(con) if fact["id"] in set(fact_ids)])
+    these = set(fact_ids)
+    return close_facts(con, [fact for fact in outdated_candidates(con) if fact["id"] in these])
 
 
 def _retire_split_offs(con, whole_again: list[int]) -> None:
