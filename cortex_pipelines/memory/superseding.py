@@ -22,6 +22,7 @@ from cortex_pipelines.memory.updates import (
     announces_change,
     changed_subject,
     facts_about,
+    returned_to,
     subject_of,
     superseded_statement,
 )
@@ -45,7 +46,7 @@ def link_update(
     only for the few turns that announce a change. Returns what it linked,
     as a log line, or None."""
     config = preset(settings.recall_preset)
-    if restated := _restated_statements(db, text, session_id, said_by):
+    if restated := _restated_statements(db, embedder, settings, text, session_id, said_by):
         return _restate(db, embedder, settings, restated, session_id, said_by[0], config.update_fact_margin)
     if not announces_change(text) and not changed_subject(text):
         return None
@@ -88,21 +89,38 @@ def link_update(
 
 
 def _restated_statements(
-    db: Database, text: str, session_id: int, said_by: tuple[str, str | None]
+    db: Database,
+    embedder: Embedder,
+    settings: Settings,
+    text: str,
+    session_id: int,
+    said_by: tuple[str, str | None],
 ) -> list[dict]:
-    """Earlier statements of theirs, updated since, that this one says again word for word ("I live
-    in Lisbon" after "I moved to Porto"): it had been folded into the closed fact of the first
-    saying, so the user's latest word was answered as no longer current."""
+    """Earlier statements of theirs, updated since, that this one says again: word for word ("I live
+    in Lisbon" after "I moved to Porto": it had been folded into the closed fact of the first
+    saying, so the user's latest word was answered as no longer current), else in other words as a
+    return to one of them ("I'm living in Lisbon again", `returned_to`)."""
     if never_an_answer(text):
         return []
-    said, superseded = normalize(text), db.run(updates.superseded_statements, session_id)
+    superseded = db.run(updates.superseded_statements, session_id)
     successor = {row["id"]: row["superseder"] for row in superseded}
-    restated = []
-    for row in superseded:
-        if normalize(row["text"]) == said and _spoken_by_them({(row["channel"], row["sender"])}, said_by):
-            while row["superseder"] in successor:  # a chain of changes: the newest one stands
-                row = {**row, "superseder": successor[row["superseder"]]}
-            restated.append(row)
+    theirs = [row for row in superseded if _spoken_by_them({(row["channel"], row["sender"])}, said_by)]
+    said = normalize(text)
+    restated = [row for row in theirs if normalize(row["text"]) == said]
+    if not restated and theirs:
+        config = preset(settings.recall_preset)
+        best = returned_to(
+            text,
+            [row["text"] for row in theirs],
+            embedder.encode_few,
+            config.update_min_cosine,
+            config.update_same_attribute_min_cosine,
+        )
+        restated = [] if best is None else [theirs[best]]
+    for n, row in enumerate(restated):
+        while row["superseder"] in successor:  # a chain of changes: the newest one stands
+            row = {**row, "superseder": successor[row["superseder"]]}
+        restated[n] = row
     return restated
 
 

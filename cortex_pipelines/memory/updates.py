@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from cortex_pipelines.memory.patterns import attributes_of
-from cortex_pipelines.memory.snapshot import STOP_WORDS
+from cortex_pipelines.memory.patterns import ATTRIBUTES, attributes_of
+from cortex_pipelines.memory.snapshot import STOP_WORDS, tokenize
 from cortex_pipelines.text import never_an_answer, retraction_with_news, split_sentences
 
 # Words that say something changed or replaced what was true before (EN, DE). A marker alone links
@@ -298,6 +298,65 @@ def changed_person(text: str) -> str | None:
         if sentence in changes and (person := _news_of(sentence)):
             return person
     return None
+
+
+# A return to what was true before a change, in other words than the first time: "I'm living in
+# Lisbon again", "Back in Lisbon for good", "I moved back to Lisbon". Said of a visit ("I was in
+# Lisbon again for a wedding", "went to the gym again") it is an event, not a state, and of a plan
+# put off ("we pushed the trip back to the 21st") a new date: neither returns to anything.
+RETURN = re.compile(r"\b(again|once more|back (in|at|to|with|on|home)|returned to)\b", re.I)
+VISIT = re.compile(r"\b(was|were|went|visited|spent|stayed)\b", re.I)
+PUT_OFF = re.compile(r"\b(?:(?:pushed|put|set|bumped|brought)(?: \w+){0,4}|moved(?: \w+){1,4}) back\b", re.I)
+RETURN_OPENS = re.compile(rf"^\W*(?:{OPENERS}\s+)?(?:back|again)\b", re.I)
+
+
+def _value_words(text: str) -> set[str]:
+    """The stemmed content words of a statement that are not its attribute's nor a return's: what
+    it says the value is ("Lisbon" in "I live in Lisbon")."""
+    for _, pattern in ATTRIBUTES:
+        text = pattern.sub(" ", text)
+    return set(tokenize([RETURN.sub(" ", text)], ids=False)[0])
+
+
+def returned_to(
+    text: str,
+    superseded: Sequence[str],
+    encode: Callable[[list[str]], np.ndarray],
+    min_cosine: float,
+    same_attribute_min_cosine: float,
+) -> int | None:
+    """Which statement a change had superseded the user now returns to, in other words ("I'm living
+    in Lisbon again" after "I live in Lisbon", then "I moved to Porto"): a sentence of theirs with a
+    return word, not of a visit, naming a value of the statement's and close to it in meaning (as
+    `superseded_statement` compares, leniently when both name an attribute). The closest one's index
+    in `superseded`."""
+    if never_an_answer(text):
+        return None
+    sentences = [
+        s
+        for s in split_sentences(text)
+        if RETURN.search(s)
+        and not VISIT.search(s)
+        and not PUT_OFF.search(s)
+        and (FIRST_PERSON.search(s) or RETURN_OPENS.match(s))
+        and _news_of(s) is None
+    ]
+    pairs = [
+        (sentence, n)
+        for sentence in sentences
+        for n, earlier in enumerate(superseded)
+        if _value_words(sentence) & _value_words(earlier)
+    ]
+    if not pairs:
+        return None
+    vectors = encode([said for sentence, n in pairs for said in (sentence, superseded[n])])
+    best, best_cosine = None, -1.0
+    for i, (sentence, n) in enumerate(pairs):
+        cosine = float(vectors[2 * i] @ vectors[2 * i + 1])
+        shared = attributes_of(sentence) & attributes_of(superseded[n])
+        if cosine >= (same_attribute_min_cosine if shared else min_cosine) and cosine > best_cosine:
+            best, best_cosine = n, cosine
+    return best
 
 
 def corrects(text: str) -> bool:

@@ -30,6 +30,7 @@ from cortex_pipelines.memory.updates import (
     changed_subject,
     co_recalled_updates,
     newest_successors,
+    returned_to,
     same_subject,
     statements_of,
     subject_of,
@@ -187,6 +188,62 @@ def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, togeth
     (lisbon,) = [h for h in hits if h["text"] == "I live in Lisbon."]
     newest = [h for h in hits if ("Berlin" if together else "Porto") in h["text"]]
     assert "updated_by" in lisbon and newest and "updated_by" not in newest[0], hits
+
+
+def test_a_return_to_an_earlier_value_in_other_words_is_current_again_and_a_visit_is_not(tmp_path):
+    """ "I live in Lisbon.", "I moved to Porto last week.", then "Porto didn't work out, I'm living in
+    Lisbon again.": said with no change word and in other words than the first time, it linked
+    nothing, and "where do I live?" still answered Porto first. A visit ("I was in Lisbon again for a
+    wedding") is no return."""
+    home = tmp_path / "home"
+    said = [("-20d", "I live in Lisbon."), ("-10d", "I moved to Porto last week.")]
+    said.append(("-5d", "I was in Lisbon again for a wedding."))
+    for when, text in said:
+        cortex("--now", when, "send", "webchat", text, home=home)
+    cortex("run", home=home)
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    assert "Porto" in hits[0]["text"] and "updated_by" not in hits[0], hits
+
+    cortex("send", "webchat", "Porto didn't work out, I'm living in Lisbon again.", home=home)
+    first, answer = _first_memory_answered(home, "where do I live?")
+    assert "Lisbon" in first and "since updated" not in first and "wedding" not in first, answer
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    assert "Lisbon" in hits[0]["text"] and "updated_by" not in hits[0], hits
+    (move,) = [h for h in hits if "moved to Porto" in h["text"]]
+    assert "updated_by" in move, hits  # history, no longer current
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "Lisbon" in bulletin and "moved to Porto" not in bulletin, bulletin
+
+
+@pytest.mark.parametrize(
+    ("text", "returns_to"),
+    [
+        ("Porto didn't work out, I'm living in Lisbon again.", "I live in Lisbon."),
+        ("Back on night shifts from Monday.", "I work night shifts."),
+        ("I moved back to Lisbon in the spring.", "I live in Lisbon."),
+        ("I started eating fish again, doctor's advice.", "I eat fish."),
+        # a visit, a plan put off, someone else's news, a question: no return
+        ("I was in Lisbon again for a wedding.", None),
+        ("We pushed the Lisbon trip back to the 21st.", None),
+        ("My sister is living in Lisbon again.", None),
+        ("Am I living in Lisbon again?", None),
+        # a return word, but to nothing the user said before the change
+        ("I burnt the toast again.", None),
+    ],
+)
+def test_which_superseded_statement_a_return_in_other_words_brings_back(text, returns_to):
+    """Among statements a change superseded, the one a turn returns to in other words (real
+    embedder): the user's own state again, not a visit, a new date or another person's news."""
+    config = RecallConfig()
+    superseded = ["I live in Lisbon.", "I eat fish.", "I work night shifts.", "My Lisbon trip is on the 7th."]
+    found = returned_to(
+        text,
+        superseded,
+        embedder_for(load_settings()).encode,
+        config.update_min_cosine,
+        config.update_same_attribute_min_cosine,
+    )
+    assert (None if found is None else superseded[found]) == returns_to
 
 
 @pytest.mark.parametrize(
