@@ -359,6 +359,34 @@ def returned_to(
     return best
 
 
+# A change that ends something rather than replacing it ("I quit Google last week", "Sold the
+# Golf"): the earlier statement names the same thing ("I work at Google as a data engineer"), and the
+# two share little else (cosine 0.34, under the strict threshold), so a name in common counts as an
+# attribute in common.
+ENDS = re.compile(
+    r"\b(quit|quitting|resigned|sold|cancell?ed|stopped|gave up|given up|no longer|got rid of|ditched|"
+    r"done with|dropped|broke up with|split (up )?with)\b",
+    re.I,
+)
+_NAME = re.compile(r"\b(?!I\b|I['’])[A-Z][\w&'’-]+")
+
+
+def _names(sentence: str) -> set[str]:
+    """The capitalized words of a sentence past its first word ("VW", "Golf"): names, in lower case."""
+    sentence = sentence.strip()
+    return {m.group().lower() for m in _NAME.finditer(sentence) if m.start() > 0}
+
+
+def ended_names(text: str) -> set[str]:
+    """The names in the sentences of a statement that end something ("I quit Google": google)."""
+    return {name for s in split_sentences(text) if ENDS.search(s) for name in _names(s)}
+
+
+def names_in(text: str) -> set[str]:
+    """Every name of a statement's sentences."""
+    return {name for s in split_sentences(text) for name in _names(s)}
+
+
 def corrects(text: str) -> bool:
     """Whether a statement corrects what the user said ("Sorry, I meant Sunday")."""
     return any(CORRECTION.search(s) for s in split_sentences(text))
@@ -408,7 +436,7 @@ def superseded_statement(
     earlier owner statement opening with the same subject, at `same_subject_min_cosine`; with
     `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour").
     Returns its session ids and the cosine."""
-    subject = Subject()
+    subject, ended = Subject(), set()
     if same_subject_min_cosine is not None and not announces_change(new_text):
         subject = told_subject(new_text) if restatement else changed_subject(new_text)
     earlier = [
@@ -438,6 +466,7 @@ def superseded_statement(
         earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text, re.IGNORECASE)]
     else:  # and the user's own change never supersedes news of someone else ("Tom's at Spotify now")
         earlier = [m for m in earlier if changed_person(m.text) is None]
+        ended = ended_names(new_text)
     if not earlier:
         return None
     vectors = encode([subject_of(new_text), *(subject_of(m.text) for m in earlier)])
@@ -447,7 +476,7 @@ def superseded_statement(
         same_subject_min_cosine
         if subject
         else same_attribute_min_cosine
-        if named & attributes_of(m.text)
+        if named & attributes_of(m.text) or ended & names_in(m.text)
         else min_cosine
         for m in earlier
     ]

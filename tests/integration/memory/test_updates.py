@@ -215,6 +215,30 @@ def test_a_return_to_an_earlier_value_in_other_words_is_current_again_and_a_visi
     assert "Lisbon" in bulletin and "moved to Porto" not in bulletin, bulletin
 
 
+def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_does_not(tmp_path):
+    """ "I work at Google as a data engineer.", then "I quit Google last week, taking a break before
+    the next thing.": the two share little but the name (cosine 0.34, under the strict threshold),
+    so "where do I work?" was answered with Google as the current job. A brother quitting Google
+    is his news."""
+    home = tmp_path / "home"
+    cortex("--now", "-20d", "send", "webchat", "I work at Google as a data engineer.", home=home)
+    cortex("--now", "-15d", "send", "webchat", "My brother Leo quit Google last month.", home=home)
+    cortex("run", home=home)
+    hits = _json(cortex("recall", "where do I work", "-k", "5", "--json", home=home))
+    (job,) = [h for h in hits if "data engineer" in h["text"]]
+    assert "updated_by" not in job, hits
+
+    cortex("send", "webchat", "I quit Google last week, taking a break before the next thing.", home=home)
+    first, answer = _first_memory_answered(home, "where do I work?")
+    assert "I quit Google" in first, answer
+    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+    hits = _json(cortex("recall", "where do I work", "-k", "5", "--json", home=home))
+    (job,) = [h for h in hits if "data engineer" in h["text"]]
+    assert "updated_by" in job, hits  # history, no longer current
+    bulletin = (home / "out" / "memory_bulletin.md").read_text()
+    assert "data engineer" not in bulletin, bulletin
+
+
 @pytest.mark.parametrize(
     ("text", "returns_to"),
     [
