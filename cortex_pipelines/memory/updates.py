@@ -341,11 +341,12 @@ def returned_to(
         and (FIRST_PERSON.search(s) or RETURN_OPENS.match(s))
         and _news_of(s) is None
     ]
+    values = [_value_words(earlier) for earlier in superseded] if sentences else []
     pairs = [
         (sentence, n)
         for sentence in sentences
-        for n, earlier in enumerate(superseded)
-        if _value_words(sentence) & _value_words(earlier)
+        for n, said in enumerate(values)
+        if _value_words(sentence) & said
     ]
     if not pairs:
         return None
@@ -364,8 +365,8 @@ def returned_to(
 # two share little else (cosine 0.34, under the strict threshold), so a name in common counts as an
 # attribute in common.
 ENDS = re.compile(
-    r"\b(quit|quitting|resigned|sold|cancell?ed|stopped|gave up|given up|no longer|got rid of|ditched|"
-    r"done with|dropped|broke up with|split (up )?with)\b",
+    r"\b(quit|quitting|resigned|sold|cancell?ed|stopped(?! by)|gave up|given up|no longer|got rid of|"
+    r"ditched|done with|dropped(?! (?:by|off))|broke up with|split (up )?with)\b",
     re.I,
 )
 _NAME = re.compile(r"\b(?!I\b|I['’])[A-Z][\w&'’-]+")

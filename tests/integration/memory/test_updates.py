@@ -29,6 +29,7 @@ from cortex_pipelines.memory.updates import (
     changed_person,
     changed_subject,
     co_recalled_updates,
+    ended_names,
     newest_successors,
     returned_to,
     same_subject,
@@ -237,6 +238,23 @@ def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_do
     assert "updated_by" in job, hits  # history, no longer current
     bulletin = (home / "out" / "memory_bulletin.md").read_text()
     assert "data engineer" not in bulletin, bulletin
+
+
+@pytest.mark.parametrize(
+    ("text", "ended"),
+    [
+        ("I quit Google last week, taking a break.", {"google"}),
+        ("Sold the Golf yesterday, I cycle everywhere now.", {"golf"}),
+        ("I'm done with Duolingo. Anna says hi.", {"duolingo"}),
+        ("I no longer work at BMW.", {"bmw"}),
+        # a visit or an errand ends nothing; nor does a sentence that names nothing past its start
+        ("I stopped by Anna's place after work.", set()),
+        ("I dropped off the kids at Anna's.", set()),
+        ("Google let me go, so I quit.", set()),
+    ],
+)
+def test_which_names_a_change_ends(text, ended):
+    assert ended_names(text) == ended
 
 
 @pytest.mark.parametrize(
