@@ -304,7 +304,7 @@ def changed_person(text: str) -> str | None:
 # Lisbon again", "Back in Lisbon for good", "I moved back to Lisbon". Said of a visit ("I was in
 # Lisbon again for a wedding", "went to the gym again") it is an event, not a state, and of a plan
 # put off ("we pushed the trip back to the 21st") a new date: neither returns to anything.
-RETURN = re.compile(r"\b(again|once more|back (in|at|to|with|on|home)|returned to)\b", re.I)
+RETURN = re.compile(r"\b(again|once more|back (in|at|to|with|on|home|together)|returned to)\b", re.I)
 VISIT = re.compile(r"\b(was|were|went|visited|spent|stayed)\b", re.I)
 PUT_OFF = re.compile(r"\b(?:(?:pushed|put|set|bumped|brought)(?: \w+){0,4}|moved(?: \w+){1,4}) back\b", re.I)
 RETURN_OPENS = re.compile(rf"^\W*(?:{OPENERS}\s+)?(?:back|again)\b", re.I)

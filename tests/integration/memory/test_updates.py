@@ -264,6 +264,7 @@ def test_which_names_a_change_ends(text, ended):
         ("Back on night shifts from Monday.", "I work night shifts."),
         ("I moved back to Lisbon in the spring.", "I live in Lisbon."),
         ("I started eating fish again, doctor's advice.", "I eat fish."),
+        ("Sam and I are back together!", "My girlfriend Sam and I have been together for two years."),
         # a visit, a plan put off, someone else's news, a question: no return
         ("I was in Lisbon again for a wedding.", None),
         ("We pushed the Lisbon trip back to the 21st.", None),
@@ -277,7 +278,13 @@ def test_which_superseded_statement_a_return_in_other_words_brings_back(text, re
     """Among statements a change superseded, the one a turn returns to in other words (real
     embedder): the user's own state again, not a visit, a new date or another person's news."""
     config = RecallConfig()
-    superseded = ["I live in Lisbon.", "I eat fish.", "I work night shifts.", "My Lisbon trip is on the 7th."]
+    superseded = [
+        "I live in Lisbon.",
+        "I eat fish.",
+        "I work night shifts.",
+        "My girlfriend Sam and I have been together for two years.",
+        "My Lisbon trip is on the 7th.",
+    ]
     found = returned_to(
         text,
         superseded,
