@@ -40,10 +40,11 @@ def link_update(
 ) -> str | None:
     """Record the update an owner statement announcing a change makes: the earlier statement it
     supersedes, and facts drawn only from superseded statements stop being current. A statement
-    said again after a change updates that change instead (`_restate`). Every owner turn costs one
-    read of the update links (one row per change the user announced); one recall, one scan of the
-    user's turns by the attribute's words (about 50 ms at 100,000 turns) and one small encode are
-    only for the few turns that announce a change. Returns what it linked,
+    said again after a change, or returned to in other words, updates that change instead
+    (`_restate`). Every owner turn costs one read of the update links (one row per change the user
+    announced); one recall, one scan of the user's turns by the attribute's words (about 50 ms at
+    100,000 turns) and one small encode are only for the few turns that announce a change (or say a
+    return word naming a value of a superseded statement). Returns what it linked,
     as a log line, or None."""
     config = preset(settings.recall_preset)
     if restated := _restated_statements(db, embedder, settings, text, session_id, said_by):

@@ -344,9 +344,9 @@ def returned_to(
     values = [_value_words(earlier) for earlier in superseded] if sentences else []
     pairs = [
         (sentence, n)
-        for sentence in sentences
+        for sentence, named in ((s, _value_words(s)) for s in sentences)
         for n, said in enumerate(values)
-        if _value_words(sentence) & said
+        if named & said
     ]
     if not pairs:
         return None
@@ -436,7 +436,9 @@ def superseded_statement(
     user tells about (`changed_subject`: "The Berlin trip got moved to the 19th") supersedes only an
     earlier owner statement opening with the same subject, at `same_subject_min_cosine`; with
     `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour").
-    Returns its session ids and the cosine."""
+    A change of the user's own that ends something counts a name in common as an attribute in
+    common (`ended_names`: "I quit Google", "I work at Google"). Returns its session ids and the
+    cosine."""
     subject, ended = Subject(), set()
     if same_subject_min_cosine is not None and not announces_change(new_text):
         subject = told_subject(new_text) if restatement else changed_subject(new_text)
