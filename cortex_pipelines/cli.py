@@ -43,7 +43,9 @@ from cortex_pipelines.memory.caller import DEDUPE_THRESHOLD, MIN_DEDUPE_THRESHOL
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.processes import (
+    end_processes,
     group_ended,
+    orphaned_dagster_servers,
     own_session_ending_with_parent,
     polars_keeping_sigint,
 )
@@ -1103,6 +1105,10 @@ def dev(
         claim = claim_dev(settings.paths, f"http://{host}:{port}")
     except DevRunning as exc:
         _fail(f"`cortex dev` is already running in this home ({exc}): stop it, or set another CORTEX_HOME")
+    if leftovers := orphaned_dagster_servers(settings.paths.dagster_home):
+        named = ", ".join(f"pid {process.pid} ({server})" for process, server in leftovers)
+        _say(f"cortex: stopping what an earlier `cortex dev` here left running: {named}", err)
+        end_processes([process for process, _ in leftovers], grace_s=10.0)
     with dagster_sqlite.open_instance(settings.paths.dagster_home):
         pass  # its storage made (under the lock) before Dagster's processes open it together
     workspace = settings.paths.dagster_workspace

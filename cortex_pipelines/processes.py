@@ -18,6 +18,8 @@ import time
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from pathlib import Path
 
 import psutil
 
@@ -135,6 +137,56 @@ def own_session_ending_with_parent() -> None:
     os.setsid()
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# What `dagster dev` runs: itself, its webserver and daemon, the code server and its gRPC server.
+_DAGSTER_SERVERS = ("dagster_webserver", "dagster._daemon", "dagster dev", "code-server", "api grpc")
+
+
+def orphaned_dagster_servers(dagster_home: Path) -> list[tuple[psutil.Process, str]]:
+    """Dagster's servers on this DAGSTER_HOME whose process group has lost its leader: what a
+    `dagster dev` left running when it ended without stopping them. Its webserver and daemon end
+    only when told on their shutdown pipe, not when the pipe closes; a `dagster dev` interrupted
+    before it could tell them ("Aborted!" as its `cortex dev` was SIGKILLed) left both running, the
+    webserver on the UI's port and a second daemon on the instance. A `dagster dev` someone runs
+    by hand leads its own group, which is alive, so its servers are never taken for leftovers.
+    Each with the server it is ("dagster_webserver")."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        server = next((name for name in _DAGSTER_SERVERS if name in command), None)
+        if server is None:
+            continue
+        try:
+            group = os.getpgid(process.pid)
+            if group == process.pid or _running(group):
+                continue
+            if process.environ().get("DAGSTER_HOME") != str(dagster_home):
+                continue
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile, or not ours to read
+        found.append((process, server))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether a process runs under this pid (a zombie only waits to be reaped)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def end_processes(processes: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL for those still running after `grace_s`."""
+    for process in processes:
+        with suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 BAD_INPUT = 2  # a `cortex` command's exit status for bad input or configuration

@@ -124,3 +124,33 @@ def test_a_cortex_dev_killed_by_sigkill_leaves_its_home_free_at_once(tmp_path):
         for process in alive_in(killed):
             with suppress(psutil.Error):
                 process.kill()
+
+
+def test_servers_a_killed_dagster_dev_left_running_are_stopped_by_the_next_cortex_dev(tmp_path):
+    """A `dagster dev` that ends before telling its webserver and daemon to stop (SIGTERMed by the
+    kernel as its `cortex dev` was SIGKILLed, at a moment it could only print "Aborted!") left both
+    running: they end only when told, not when their shutdown pipe closes. The webserver kept the
+    UI's port and a second daemon ran on the instance. The next `cortex dev` stops them, says so,
+    and comes up on the same port."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    with cortex_dev(home, tmp_path / "first.log") as (port, _, first):
+        (dagster_dev,) = [p for p in psutil.Process(first.pid).children() if "dagster" in p.cmdline()]
+        left = {os.getpgid(dagster_dev.pid)}
+        servers = dagster_dev.children()
+        dagster_dev.kill()  # no shutdown message for its servers
+        first.wait(60)  # `cortex dev` ends with its `dagster dev`
+        assert servers and all(s.is_running() for s in servers)  # what the next one meets
+    try:
+        with cortex_dev(home, tmp_path / "again.log", port=port) as (_, _, again):
+            wait_until_ended(left, 60, "the servers the killed `dagster dev` left")
+            wait_for(lambda: _ui_answers(port), 60, "the new `cortex dev`'s UI")
+            assert again.poll() is None
+        said = (tmp_path / "again.log").read_text()
+        assert "cortex: stopping what an earlier `cortex dev` here left running: pid " in said, said
+        assert "(dagster_webserver)" in said and "(dagster._daemon)" in said, said
+        assert "address already in use" not in said
+    finally:
+        for process in alive_in(left):
+            with suppress(psutil.Error):
+                process.kill()
