@@ -43,9 +43,10 @@ from cortex_pipelines.memory.caller import DEDUPE_THRESHOLD, MIN_DEDUPE_THRESHOL
 from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.processes import (
+    DEV_MARK,
     end_processes,
     group_ended,
-    orphaned_dagster_servers,
+    left_by_earlier_dev,
     own_session_ending_with_parent,
     polars_keeping_sigint,
 )
@@ -1105,8 +1106,8 @@ def dev(
         claim = claim_dev(settings.paths, f"http://{host}:{port}")
     except DevRunning as exc:
         _fail(f"`cortex dev` is already running in this home ({exc}): stop it, or set another CORTEX_HOME")
-    if leftovers := orphaned_dagster_servers(settings.paths.dagster_home):
-        named = ", ".join(f"pid {process.pid} ({server})" for process, server in leftovers)
+    if leftovers := left_by_earlier_dev(settings.paths.dagster_home):
+        named = ", ".join(f"pid {process.pid} ({program})" for process, program in leftovers)
         _say(f"cortex: stopping what an earlier `cortex dev` here left running: {named}", err)
         end_processes([process for process, _ in leftovers], grace_s=10.0)
     with dagster_sqlite.open_instance(settings.paths.dagster_home):
@@ -1145,7 +1146,8 @@ def dev(
     # Its own session: the terminal's Ctrl-C is ours alone. Sent to every process at once, it
     # interrupted run workers' helpers (two tracebacks) and `dagster dev` twice, mid-shutdown. It
     # gets SIGTERM if we die, even by SIGKILL.
-    proc = subprocess.Popen(cmd, env=dagster_env(settings), preexec_fn=own_session_ending_with_parent)
+    marked = {**dagster_env(settings), DEV_MARK: str(os.getpid())}
+    proc = subprocess.Popen(cmd, env=marked, preexec_fn=own_session_ending_with_parent)
     starter = RunStarter(
         Webserver(local_url(host, port)),
         settings.paths.inbox,

@@ -139,42 +139,35 @@ def own_session_ending_with_parent() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-# What `dagster dev` runs: itself, its webserver and daemon, the code server and its gRPC server.
-_DAGSTER_SERVERS = ("dagster_webserver", "dagster._daemon", "dagster dev", "code-server", "api grpc")
+# Set by `cortex dev` in the environment of the `dagster dev` it starts (its pid): every process
+# under it (webserver, daemon, code server, runs) inherits it. Not CORTEX_*: no setting.
+DEV_MARK = "STARTED_BY_CORTEX_DEV"
 
 
-def orphaned_dagster_servers(dagster_home: Path) -> list[tuple[psutil.Process, str]]:
-    """Dagster's servers on this DAGSTER_HOME whose process group has lost its leader: what a
-    `dagster dev` left running when it ended without stopping them. Its webserver and daemon end
-    only when told on their shutdown pipe, not when the pipe closes; a `dagster dev` interrupted
-    before it could tell them ("Aborted!" as its `cortex dev` was SIGKILLed) left both running, the
-    webserver on the UI's port and a second daemon on the instance. A `dagster dev` someone runs
-    by hand leads its own group, which is alive, so its servers are never taken for leftovers.
-    Each with the server it is ("dagster_webserver")."""
+def left_by_earlier_dev(dagster_home: Path) -> list[tuple[psutil.Process, str]]:
+    """The processes an earlier `cortex dev` on this DAGSTER_HOME started and left running, each
+    with its program ("dagster_webserver"). Asked with the home's claim held, so no `cortex dev`
+    runs here and each is a leftover: `dagster dev` tells its webserver and daemon to stop on a
+    pipe, and they run on when the pipe closes instead; one SIGTERMed as its `cortex dev` was
+    SIGKILLed, at a moment it could only print "Aborted!", left both running, the webserver on
+    the UI's port and a second daemon on the instance. A `dagster dev` someone runs by hand
+    carries no mark and is never taken for one."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info["cmdline"] or [])
-        server = next((name for name in _DAGSTER_SERVERS if name in command), None)
-        if server is None:
-            continue
         try:
-            group = os.getpgid(process.pid)
-            if group == process.pid or _running(group):
-                continue
-            if process.environ().get("DAGSTER_HOME") != str(dagster_home):
-                continue
+            environ = process.environ()
         except (OSError, psutil.Error):
             continue  # gone meanwhile, or not ours to read
-        found.append((process, server))
+        if DEV_MARK in environ and environ.get("DAGSTER_HOME") == str(dagster_home):
+            found.append((process, _program(process.info["cmdline"] or [])))
     return found
 
 
-def _running(pid: int) -> bool:
-    """Whether a process runs under this pid (a zombie only waits to be reaped)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+def _program(args: list[str]) -> str:
+    """A Python process by its module (`-m dagster_webserver`), anything else by its executable."""
+    if "-m" in args[:-1]:
+        return args[args.index("-m") + 1]
+    return Path(args[0]).name if args else "?"
 
 
 def end_processes(processes: list[psutil.Process], grace_s: float) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from contextlib import suppress
 from pathlib import Path
 
 import psutil
 import pytest
 
+from cortex_pipelines.processes import DEV_MARK, end_processes, left_by_earlier_dev
 from cortex_pipelines.storage import dagster_sqlite
 from tests.support.cli import cli_argv, cli_env, cortex
 from tests.support.dagster_dev import (
@@ -154,3 +156,28 @@ def test_servers_a_killed_dagster_dev_left_running_are_stopped_by_the_next_corte
         for process in alive_in(left):
             with suppress(psutil.Error):
                 process.kill()
+
+
+def test_only_processes_a_cortex_dev_started_on_this_home_count_as_its_leftovers(tmp_path):
+    """What a `cortex dev` takes for an earlier one's leftovers: processes carrying the mark it sets
+    in `dagster dev`'s environment, on this DAGSTER_HOME; never a `dagster dev` someone runs by
+    hand (no mark), nor one of another home."""
+    home = tmp_path / "dagster_home"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    base = {**os.environ, "DAGSTER_HOME": str(home)}
+    started = {
+        "ours": subprocess.Popen(sleeper, env={**base, DEV_MARK: "1"}),
+        "by hand": subprocess.Popen(sleeper, env=base),
+        "another home": subprocess.Popen(sleeper, env={**base, DEV_MARK: "1", "DAGSTER_HOME": str(tmp_path)}),
+    }
+    try:
+        wait_for(lambda: all(psutil.Process(p.pid).environ() for p in started.values()), 10, "the sleepers")
+        found = {process.pid: program for process, program in left_by_earlier_dev(home)}
+        assert found == {started["ours"].pid: Path(sys.executable).name}
+        end_processes([psutil.Process(started["ours"].pid)], grace_s=10.0)
+        assert not psutil.pid_exists(started["ours"].pid)  # ended and reaped
+        assert started["by hand"].poll() is None and started["another home"].poll() is None
+    finally:
+        for proc in started.values():
+            proc.kill()
+            proc.wait()
