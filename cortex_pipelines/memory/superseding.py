@@ -17,7 +17,7 @@ from cortex_pipelines.memory.embedder import Embedder
 from cortex_pipelines.memory.patterns import attributes_of, naming_any
 from cortex_pipelines.memory.pipeline import close_keeping_apart, close_outdated_facts, kept_apart
 from cortex_pipelines.memory.recall import Hit, recall
-from cortex_pipelines.memory.recall_config import preset
+from cortex_pipelines.memory.recall_config import RecallConfig, preset
 from cortex_pipelines.memory.updates import (
     announces_change,
     changed_subject,
@@ -47,7 +47,7 @@ def link_update(
     return word naming a value of a superseded statement). Returns what it linked,
     as a log line, or None."""
     config = preset(settings.recall_preset)
-    if restated := _restated_statements(db, embedder, settings, text, session_id, said_by):
+    if restated := _restated_statements(db, embedder, config, text, session_id, said_by):
         return _restate(db, embedder, settings, restated, session_id, said_by[0], config.update_fact_margin)
     if not announces_change(text) and not changed_subject(text):
         return None
@@ -92,7 +92,7 @@ def link_update(
 def _restated_statements(
     db: Database,
     embedder: Embedder,
-    settings: Settings,
+    config: RecallConfig,
     text: str,
     session_id: int,
     said_by: tuple[str, str | None],
@@ -109,7 +109,6 @@ def _restated_statements(
     said = normalize(text)
     restated = [row for row in theirs if normalize(row["text"]) == said]
     if not restated and theirs:
-        config = preset(settings.recall_preset)
         best = returned_to(
             text,
             [row["text"] for row in theirs],
