@@ -19,12 +19,15 @@ With --updates, the knowledge-update set instead: an old statement, `gap_days` l
 the question; a question scores when the first hit (or the first term in the reply) carrying a current
 or a stale term carries a current one (current-value-first). With --others, the changes are of
 people and things the user tells about ("The Berlin trip got moved to the 19th"), and a few pairs
-keep the older statement true ("kept": linking them is a false update).
+keep the older statement true ("kept": linking them is a false update). With --compounds, a
+paraphrase set of names written as capitalised words run together ("I go to PureGym"), whose
+question may use a word hidden in the name ("Which gym am I a member of?") and none other.
 
     python -m bench.paraphrase --split check --json bench/results/paraphrase.json
     python -m bench.paraphrase --updates --split all      (figures to bench/results/updates-all.json)
     python -m bench.paraphrase --updates --others --split tune
     python -m bench.paraphrase --split tune --recall-preset conversation
+    python -m bench.paraphrase --compounds --split check
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ def _jsonl(name: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
 
 
-def load_items() -> list[dict]:
-    return _jsonl("paraphrase.jsonl")
+def load_items(compounds: bool = False) -> list[dict]:
+    """The paraphrase set, or (`compounds`) the set of names written as words run together."""
+    return _jsonl("compounds.jsonl" if compounds else "paraphrase.jsonl")
 
 
 def load_distractors() -> list[dict]:
@@ -345,8 +349,8 @@ def measure(name: str, turns: list, questions: dict[str, str], console: Console)
         return inst, live, live_ms, settled, settled_ms, baselines(inst, questions)
 
 
-def run_paraphrase(split: str, console: Console) -> dict:
-    items, distractors = load_items(), load_distractors()
+def run_paraphrase(split: str, console: Console, compounds: bool = False) -> dict:
+    items, distractors = load_items(compounds), load_distractors()
     asked = chosen(items, split)
     turns = paraphrase_turns(items, distractors, asked)
     questions = {"q:" + i["id"]: i["question"] for i in asked}
@@ -390,7 +394,7 @@ def run_paraphrase(split: str, console: Console) -> dict:
         )
     metrics = ("reply", "live", "settled", "bm25", "dense", "asked_live", "asked_settled")
     return {
-        "set": "paraphrase",
+        "set": "compounds" if compounds else "paraphrase",
         "measure": "statement found",
         "split": split,
         "k": K,
@@ -560,6 +564,11 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="with --updates: changes of people and things the user tells about (updates_others.jsonl)",
     )
+    parser.add_argument(
+        "--compounds",
+        action="store_true",
+        help="the set of names written as words run together (compounds.jsonl) instead",
+    )
     parser.add_argument("--recall-preset", default="default", help="a RecallConfig preset by name")
     parser.add_argument("--json", type=Path, default=None, help="default bench/results/<set>-<split>.json")
     args = parser.parse_args(argv)
@@ -567,8 +576,12 @@ def main(argv: list[str] | None = None) -> dict:
     console = Console(width=120)
     if args.others and not args.updates:
         parser.error("--others is a part of the update set: use it with --updates")
+    if args.compounds and args.updates:
+        parser.error("--compounds is a paraphrase set: use it without --updates")
     out = (
-        run_updates(args.split, console, args.others) if args.updates else run_paraphrase(args.split, console)
+        run_updates(args.split, console, args.others)
+        if args.updates
+        else run_paraphrase(args.split, console, args.compounds)
     )
     out["recall_preset"] = args.recall_preset
     print_tables(out, console, UPDATE_GROUPS if args.updates else CATEGORIES)

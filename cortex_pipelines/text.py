@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 
 _TICKS = re.compile(r"`{3,}")
 _TILDE_FENCE = re.compile(r"[ \t]*~{3,}")
@@ -103,6 +104,25 @@ def sentence_spans(text: str, at_newlines: bool = False) -> list[tuple[int, int]
 def split_sentences(text: str, at_newlines: bool = False) -> list[str]:
     """The sentences of `text`, stripped, empty ones dropped; `at_newlines` also splits at line ends."""
     return [text[start:end] for start, end in sentence_spans(text, at_newlines)]
+
+
+# A name written as capitalised words run together ("PureGym", "MapMyRun", "McDonald's"; not "iPhone"
+# nor "DuckDB"): a reader sees the words in it, a search that lower-cases first sees one unknown word,
+# and "which gym do I go to?" missed "I go to PureGym".
+_COMPOUND = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+\b")
+_CAPITALISED = re.compile(r"[A-Z][a-z]+")
+
+
+def with_compound_words(text: str) -> str:
+    """The text with the words of each run-together name after it ("PureGym Pure Gym"), for keyword
+    search: the name itself still matches, and so does each of its words."""
+    return _COMPOUND.sub(lambda m: f"{m[0]} {' '.join(_CAPITALISED.findall(m[0]))}", text)
+
+
+def split_compounds(text: str, known: Callable[[str], bool]) -> str:
+    """The text with each run-together name that `known` does not take as one word written as its
+    words ("Pure Gym"), for an embedder: one its vocabulary holds ("YouTube") stays as it is."""
+    return _COMPOUND.sub(lambda m: m[0] if known(m[0]) else " ".join(_CAPITALISED.findall(m[0])), text)
 
 
 # A sentence that asks: it ends with a question mark, or asks in words without one. A question word

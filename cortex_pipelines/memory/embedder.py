@@ -33,6 +33,7 @@ import numpy as np
 from cortex_pipelines.config import Settings
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.memory.models import DEFAULT_MODEL, INSTALLABLE, installed_folder, user_cache
+from cortex_pipelines.text import split_compounds
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,22 @@ def model_dimensions(folder: Path) -> int | None:
         return None
     width = config.get("hidden_size") or config.get("dim") or config.get("d_model")
     return int(width) if width else None
+
+
+@cache
+def model_vocabulary(folder: Path) -> frozenset[str] | None:
+    """The tokens a model's tokenizer knows as whole words, read when a text first holds a
+    run-together name (25 ms); None for a folder without a `tokenizer.json`, whose texts stay as
+    they are."""
+    from tokenizers import Tokenizer
+
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        return frozenset(Tokenizer.from_file(str(path)).get_vocab())
+    except Exception:  # tokenizers raises a bare Exception for a file it cannot read
+        return None
 
 
 def resolve_model_path(model: str) -> str:
@@ -146,12 +163,21 @@ class Embedder:
                 self._dimensions = self._load().get_sentence_embedding_dimension()
         return self._dimensions
 
+    def model_texts(self, texts: list[str]) -> list[str]:
+        """The texts as the model reads them: a run-together name its vocabulary lacks as its words
+        ("PureGym" as "Pure Gym": "which gym am I a member of?" went from cosine 0.29 to 0.55)."""
+        return [split_compounds(text, self._knows) for text in texts]
+
+    def _knows(self, word: str) -> bool:
+        vocabulary = model_vocabulary(Path(resolve_model_path(self.model_name)))
+        return vocabulary is None or word.lower() in vocabulary or word in vocabulary
+
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 vectors, so a dot product is the cosine similarity."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         vectors = self._load().encode(
-            texts,
+            self.model_texts(texts),
             batch_size=self.batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
@@ -168,7 +194,7 @@ class Embedder:
         when it passed its check, so a process that answers a message never loads torch; else `encode`."""
         if not self.prepare_queries() or not texts:
             return self.encode(texts)
-        return np.stack([self._query_encoder.encode(text) for text in texts])
+        return np.stack([self._query_encoder.encode(text) for text in self.model_texts(texts)])
 
     def encode_batch(self, texts: list[str]) -> np.ndarray:
         """What the memory assets embed (new turns and facts): up to FEW_TEXTS, while torch is not
@@ -343,7 +369,8 @@ def export_query_encoder(embedder: Embedder, source: Path, path: Path) -> None:
 def check_against_torch(embedder: Embedder, encoder: QueryEncoder, texts=CHECK_SAMPLE) -> float:
     """The mean cosine between the encoder's vectors and torch's for the same texts."""
     reference = embedder.encode(list(texts))
-    return float(np.mean([encoder.encode(t) @ vector for t, vector in zip(texts, reference, strict=True)]))
+    read = embedder.model_texts(list(texts))
+    return float(np.mean([encoder.encode(t) @ vector for t, vector in zip(read, reference, strict=True)]))
 
 
 @cache

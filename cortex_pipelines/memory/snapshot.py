@@ -47,6 +47,7 @@ import pyarrow.feather as feather
 
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.processes import helper_thread
+from cortex_pipelines.text import with_compound_words
 
 # Lucene's English list, plus the question words, pronouns and requests of conversation: "when did
 # you tell me about my trip" is about a trip. Without them a turn that merely says "when" or "you"
@@ -158,7 +159,9 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 def tokenize(texts: list[str], ids: bool):
     """bm25s tokens: lower case, stop words dropped, Snowball-stemmed. As words (`ids` false: a
     query, a few candidates) without bm25s, whose progress bars and vocabulary cost 0.5 ms a call,
-    the same tokens as bm25s.tokenize gives."""
+    the same tokens as bm25s.tokenize gives. A run-together name counts as itself and as its words
+    ("PureGym": puregym, pure, gym)."""
+    texts = [with_compound_words(text) for text in texts]
     if not ids:
         stem = _stemmer().stemWords
         return [stem([w for w in _TOKEN.findall(text.lower()) if w not in STOP_WORDS]) for text in texts]

@@ -30,6 +30,7 @@ QUESTIONS = [
     "How long is the commute to the new office?",
     "Why did you say the Lisbon flight was cancelled?",
     "Who is looking after the cat while I'm away?",
+    "How often do I go to PureGym?",  # read as "Pure Gym" by both paths
 ]
 
 
@@ -53,6 +54,19 @@ def test_embeddings_are_unit_vectors_and_similar_texts_are_close():
     assert vecs.shape == (3, 384) and vecs.dtype == np.float32
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.3
+
+
+def test_a_name_of_words_run_together_is_read_as_its_words_unless_the_model_knows_it_whole():
+    """The vocabulary has no "puregym": read in pieces ("pure", "##gy", "##m"), "I go to PureGym" was
+    far from "Which gym am I a member of?" (cosine 0.29); read as "Pure Gym" it is close. A name the
+    vocabulary holds whole ("YouTube", "PlayStation") is read as written."""
+    embedder = get_embedder()
+    said = "I go to PureGym three evenings a week, then PlayStation or YouTube."
+    read = "I go to Pure Gym three evenings a week, then PlayStation or YouTube."
+    assert embedder.model_texts([said]) == [read]
+    question, as_written, as_words = embedder.encode(["Which gym am I a member of?", said, read])
+    assert as_written @ as_words > 0.9999
+    assert question @ as_written > 0.45, question @ as_written
 
 
 def test_the_model_is_loaded_once_per_process_and_only_on_first_use():

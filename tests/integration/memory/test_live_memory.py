@@ -359,3 +359,30 @@ def test_a_busy_group_chat_leaves_the_owner_all_their_places_in_the_brains_recal
     reply = max(replies, key=lambda r: r["reply_to"])["text"]
     assert "Schwabing" in reply, reply
     assert "(not you)" not in reply, reply
+
+
+@pytest.mark.slow
+def test_a_name_of_words_run_together_is_found_by_a_word_inside_it(tmp_path):
+    """ "I go to PureGym" then "Which gym am I a member of?": one word to the keyword search and
+    pieces to the embedder, the name shared nothing with the question, and the reply quoted the
+    dentist. Read as its words, it answers; in the same `cortex run`, nothing materialized."""
+    home = tmp_path / "home"
+    told = {
+        "Which gym am I a member of?": "PureGym",
+        "How does my mother video chat with me?": "FaceTime",
+        "Which airline do we take to see mum and dad?": "EasyJet",
+    }
+    for said in (
+        "I go to PureGym three evenings a week.",
+        "My dentist is Dr. Patel at SmileWorks.",
+        "My mum calls me on FaceTime every Sunday.",
+        "good morning",
+        "We always fly EasyJet when we visit my parents.",
+        "I use a MacBook Air for work.",
+        *told,
+    ):
+        cortex("send", "webchat", said, home=home)
+    cortex("run", home=home)
+    replies = json.loads(cortex("outbox", "--json", home=home).stdout)[-len(told) :]
+    for (question, name), reply in zip(told.items(), replies, strict=True):
+        assert name in reply["text"].split("\n")[1], (question, reply["text"])

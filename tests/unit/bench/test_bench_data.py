@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from bench.paraphrase import CATEGORIES, SPLITS, load_distractors, load_items, load_updates, stems
+from cortex_pipelines.text import split_compounds
 
 REQUIRED = {"preferences", "health", "people", "places", "possessions", "schedules"}
 ITEM_KEYS = {"id", "category", "statement", "question", "answer_terms", "split"}
@@ -127,3 +128,24 @@ def test_updates_of_others():
             assert stale and stale <= old and not stale & new, p["id"]
     assert_balanced(pairs, None)
     assert_balanced([p for p in pairs if p["id"].startswith("neg-")], None)
+
+
+def test_compounds_hide_the_only_words_a_question_shares_with_its_statement(distractors):
+    """The compounds set: each statement names a thing with capitalised words run together, and its
+    question shares no content word with it but one hidden in that name ("Which gym" for
+    "PureGym"), so it measures what reading the name's words adds, and nothing else."""
+    items = load_items(compounds=True)
+    assert len(items) >= 20 and len({i["id"] for i in items}) == len(items)
+    for item in items:
+        assert set(item) == ITEM_KEYS, item["id"]
+        assert item["category"] in CATEGORIES and item["split"] in SPLITS, item["id"]
+        names = [w for w in item["statement"].split() if split_compounds(w, lambda _: False) != w]
+        assert names, f"{item['id']}: no name written as words run together"
+        hidden = {s for name in names for s in stems(split_compounds(name, lambda _: False))}
+        shared = set(stems(item["statement"])) & set(stems(item["question"]))
+        assert shared <= hidden, f"{item['id']}: {sorted(shared - hidden)}"
+        terms = term_stems(item["answer_terms"])
+        assert terms <= set(stems(item["statement"])), item["id"]
+        others = [d["text"] for d in distractors] + [o["statement"] for o in items if o is not item]
+        assert not any(terms & set(stems(text)) for text in others), item["id"]
+    assert_balanced(items, None)
