@@ -50,10 +50,19 @@ _LOCKED = (
     r"|debit|credit|atm|visa|mastercard|amex|building|house|flat|apartment|entrance|keypad|wi-?fi|router"
     r"|box|vault|tresor|karte|konto|handy)"
 )
+# Where or whom a secret is for, between its word and "is" ("my locker code at the gym is",
+# "Password for the wifi at the cottage:", "der Code im Büro ist"): one or two prepositions, each
+# with one to three words. The value after it still has to be a code (digits, no measure), so "the
+# pin for the tent was 150 mm" and "the door code at the gym is on the fridge" stay as said.
+_PREPOSITION = r"(?i:at|in|on|for|of|to|from|by|im|am|bei|für|von|zum|zur|der|des)"
+_PLACE = rf"(?:\s+{_PREPOSITION}(?:\s+[^\s:=,;.!?]+){{1,3}}?){{1,2}}?"
+_SAID_TO_BE = r"\s+(?i:is|was|ist|war|lautet)\b"
 _CODE_ANNOUNCED = (
     r"(?:\s+(?i:for|of|to|on|für|von|zum|zur|der|des)(?:\s+[^\s:=,;.!?]+){0,2}?\s+(?i:"
     + _LOCKED
-    + r")\b|\s+[^\W\d_]+(?=\s*[:=]))?"
+    + r")\b|\s+[^\W\d_]+(?=\s*[:=])|"
+    + _PLACE
+    + rf"(?={_SAID_TO_BE}))?"
     r"(?:\s*[:=]|\s+(?i:is|was|ist|war|lautet)(?:\s*:)?|['’]s)\s*[\"'“‘]?"
 )
 # A number with a unit after it is a measure, not a code ("is 300 calories", "was 180 kg").
@@ -158,9 +167,16 @@ SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers | _NextCode] = [
     re.compile(
         r"(?i)\bauthorization\s*[:=]\s*[\"']?basic\s+" + _NOT_REDACTED + r"(?P<secret>[A-Za-z0-9+/=]{4,})"
     ),
-    re.compile(_PASSWORD_WORD + r"\s*[:=]\s*[\"']?" + _NOT_REDACTED + r"(?P<secret>[^\s\"',;]+)"),
     re.compile(
         _PASSWORD_WORD
+        + rf"(?:{_PLACE}(?=\s*[:=]))?"
+        + r"\s*[:=]\s*[\"']?"
+        + _NOT_REDACTED
+        + r"(?P<secret>[^\s\"',;]+)"
+    ),
+    re.compile(
+        _PASSWORD_WORD
+        + rf"(?:{_PLACE}(?=\s+(?i:is|was|ist|war|lautet)\b))?"
         + r"\s+(?i:is|was|ist|war|lautet)\s+[\"']?"
         + _NOT_REDACTED
         + r"(?P<secret>(?=[^\s\"',;]*\d)[^\s\"',;]{4,})"

@@ -146,6 +146,15 @@ CODES = [
     ("PINs: 1234, 5678 and 9012", "PINs: [redacted], [redacted] and [redacted]"),
     ("the PIN was 1234, changed to 5678.", "the PIN was [redacted], changed to [redacted]."),
     ("gate code 1234 → 5678", "gate code [redacted] → [redacted]"),
+    # where or whom the code is for, between its word and "is": these were published as said
+    ("My locker code at the gym is 4417.", "My locker code at the gym is [redacted]."),
+    ("The door code at my mum's is 1984#", "The door code at my mum's is [redacted]"),
+    ("the alarm code for the office is 2580", "the alarm code for the office is [redacted]"),
+    ("the PIN at the new bank is 7788", "the PIN at the new bank is [redacted]"),
+    ("The gate code at work was 1357, now 2468", "The gate code at work was [redacted], now [redacted]"),
+    ("Der Schließfachcode im Fitnessstudio ist 4417", "Der Schließfachcode im Fitnessstudio ist [redacted]"),
+    ("Our wifi password at the cottage is sunny2024", "Our wifi password at the cottage is [redacted]"),
+    ("Password for the wifi: hunter22", "Password for the wifi: [redacted]"),
 ]
 # Said as they are, and published as they are: no secret in them.
 NOT_CODES = [
@@ -180,6 +189,11 @@ NOT_CODES = [
     "300 is the combination of rice and beans",
     "My PIN is [redacted] and 3 tries are left",
     "the door code is [redacted], 10 minutes walk",
+    # a place between the word and "is", and no code after it
+    "the door code at the gym is on the fridge",
+    "The password for the wifi is on the router",
+    "the error code in the log is 5003",
+    "the PIN at position 3 is 1",
 ]
 
 
@@ -200,6 +214,8 @@ OWNER_CODES = {
     "locker code": ("4471", "my locker code is {}"),
     "door code": ("5580", "{} is the door code for the flat"),
     "bike lock": ("9302", "The bike lock code was 2203, now {}"),
+    "office alarm code": ("2580", "The alarm code at the office is {}"),
+    "wifi password": ("sunny7781", "Password for the wifi at the cottage: {}"),
 }
 
 
