@@ -111,6 +111,7 @@ def split_sentences(text: str, at_newlines: bool = False) -> list[str]:
 # and "which gym do I go to?" missed "I go to PureGym".
 _COMPOUND = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)+\b")
 _CAPITALISED = re.compile(r"[A-Z][a-z]+")
+COMPOUND_HINT = "[a-z][A-Z]"  # in every such name: a cheap screen for many texts (RE2 and Python alike)
 
 
 def with_compound_words(text: str) -> str:

@@ -47,7 +47,7 @@ import pyarrow.feather as feather
 
 from cortex_pipelines.files import write_atomic
 from cortex_pipelines.processes import helper_thread
-from cortex_pipelines.text import with_compound_words
+from cortex_pipelines.text import COMPOUND_HINT, with_compound_words
 
 # Lucene's English list, plus the question words, pronouns and requests of conversation: "when did
 # you tell me about my trip" is about a trip. Without them a turn that merely says "when" or "you"
@@ -161,11 +161,18 @@ def tokenize(texts: list[str], ids: bool):
     query, a few candidates) without bm25s, whose progress bars and vocabulary cost 0.5 ms a call,
     the same tokens as bm25s.tokenize gives. A run-together name counts as itself and as its words
     ("PureGym": puregym, pure, gym)."""
-    texts = [with_compound_words(text) for text in texts]
     if not ids:
         stem = _stemmer().stemWords
-        return [stem([w for w in _TOKEN.findall(text.lower()) if w not in STOP_WORDS]) for text in texts]
+        return [
+            stem([w for w in _TOKEN.findall(with_compound_words(text).lower()) if w not in STOP_WORDS])
+            for text in texts
+        ]
     import bm25s
+
+    # A whole table's texts: screened in Arrow for a lower-case letter before a capital, which every
+    # run-together name has (44 ms at 100,000 texts, against 230 ms for the name's regex on each).
+    hinted = pc.match_substring_regex(pa.array(texts, pa.string()), COMPOUND_HINT).to_pylist()
+    texts = [with_compound_words(text) if hint else text for text, hint in zip(texts, hinted, strict=True)]
 
     return bm25s.tokenize(
         texts, lower=True, stopwords=list(STOP_WORDS), stemmer=_stemmer(), return_ids=ids, show_progress=False
