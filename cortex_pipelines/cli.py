@@ -518,6 +518,14 @@ def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
         f"conversations {talked['total']} ({layers})  "
         + "  ".join(f"{k} {v}" for k, v in talked["by_channel"].items())
     )
+    dev = state["dev"]
+    out.print(f"dev      running ({dev['running']})" if dev["running"] else "dev      not running")
+    if dev["left_behind"]:
+        named = ", ".join(f"pid {left['pid']} ({left['program']})" for left in dev["left_behind"])
+        _say(
+            f"cortex: a killed `cortex dev` left running: {named}; the next `cortex dev` here ends them",
+            err,
+        )
     for name, connector in state["connectors"].items():
         if connector not in ("starting", "running"):
             _say(f"connector {name}: {connector}", err)

@@ -151,6 +151,17 @@ def live_dev(paths: Paths) -> str | None:
     return f"pid {said[0]}, UI {said[1]}" if len(said) == 2 else "pid unknown"
 
 
+def dev_state(paths: Paths) -> dict:
+    """Whether a `cortex dev` serves this home ("pid 123, UI http://..."), and, when none does, the
+    processes a killed one left running (its webserver on the UI's port, its daemon still ticking
+    sensors): the next `cortex dev` here stops them, and until then only this says they are there."""
+    from cortex_pipelines.processes import left_by_earlier_dev
+
+    running = live_dev(paths)
+    left = [] if running else left_by_earlier_dev(paths.dagster_home)
+    return {"running": running, "left_behind": [{"pid": p.pid, "program": name} for p, name in left]}
+
+
 def status(settings: Settings) -> dict:
     """What `cortex status` shows. Its readers are imported here: the command line imports this
     module for every command, and LanceDB's reader alone loads numpy and pyarrow."""
@@ -172,6 +183,7 @@ def status(settings: Settings) -> dict:
         "channels": {name: settings.mode_for(name) for name in channels},
         "conversations": talked,
         "outbox": delivery.counts(db, settings),
+        "dev": dev_state(settings.paths),
         "connectors": live_states(settings.paths),  # of a gateway running now
         "memory": {
             "hot": tiers["hot"],

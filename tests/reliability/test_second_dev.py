@@ -7,6 +7,7 @@ the real `cortex` CLI and real `cortex dev` processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -144,10 +145,16 @@ def test_servers_a_killed_dagster_dev_left_running_are_stopped_by_the_next_corte
         first.wait(60)  # `cortex dev` ends with its `dagster dev`
         assert servers and all(s.is_running() for s in servers)  # what the next one meets
     try:
+        told = cortex("status", home=home)  # the only place they show until the next `cortex dev`
+        assert "dev      not running" in told.stdout, told.stdout
+        assert "cortex: a killed `cortex dev` left running: pid " in told.stderr, told.stderr
+        assert "(dagster_webserver)" in told.stderr and "(dagster._daemon)" in told.stderr, told.stderr
         with cortex_dev(home, tmp_path / "again.log", port=port) as (_, _, again):
             wait_until_ended(left, 60, "the servers the killed `dagster dev` left")
             wait_for(lambda: _ui_answers(port), 60, "the new `cortex dev`'s UI")
             assert again.poll() is None
+            now = json.loads(cortex("status", "--json", home=home).stdout)["dev"]
+            assert now["running"].startswith(f"pid {again.pid}, UI http://") and not now["left_behind"], now
         said = (tmp_path / "again.log").read_text()
         assert "cortex: stopping what an earlier `cortex dev` here left running: pid " in said, said
         assert "(dagster_webserver)" in said and "(dagster._daemon)" in said, said
