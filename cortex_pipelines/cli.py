@@ -49,6 +49,7 @@ from cortex_pipelines.processes import (
     left_by_earlier_dev,
     own_session_ending_with_parent,
     polars_keeping_sigint,
+    watch_for_my_end,
 )
 from cortex_pipelines.storage import Database, dagster_sqlite, outbox, utcnow
 from cortex_pipelines.storage import schedules as schedule_store
@@ -1155,6 +1156,7 @@ def dev(
     # interrupted run workers' helpers (two tracebacks) and `dagster dev` twice, mid-shutdown. It
     # gets SIGTERM if we die, even by SIGKILL.
     marked = {**dagster_env(settings), DEV_MARK: str(os.getpid())}
+    watcher = watch_for_my_end(settings.paths.dagster_home)  # before anything it would end
     proc = subprocess.Popen(cmd, env=marked, preexec_fn=own_session_ending_with_parent)
     starter = RunStarter(
         Webserver(local_url(host, port)),
@@ -1177,6 +1179,7 @@ def dev(
         prepare.wait()
         if gateway is not None:
             gateway.stop(60.0)
+    watcher.stdin.close()  # nothing of ours is left for it to end, unless `_stop` missed some
     # Its daemon is gone: `cortex doctor --restore` need not wait for the last report to age.
     dagster_sqlite.clear_daemon_reports(settings.paths.dagster_home)
     claim.close()

@@ -144,21 +144,22 @@ def own_session_ending_with_parent() -> None:
 DEV_MARK = "STARTED_BY_CORTEX_DEV"
 
 
-def left_by_earlier_dev(dagster_home: Path) -> list[tuple[psutil.Process, str]]:
-    """The processes an earlier `cortex dev` on this DAGSTER_HOME started and left running, each
-    with its program ("dagster_webserver"). Asked with the home's claim held, so no `cortex dev`
-    runs here and each is a leftover: `dagster dev` tells its webserver and daemon to stop on a
-    pipe, and they run on when the pipe closes instead; one SIGTERMed as its `cortex dev` was
-    SIGKILLed, at a moment it could only print "Aborted!", left both running, the webserver on
-    the UI's port and a second daemon on the instance. A `dagster dev` someone runs by hand
-    carries no mark and is never taken for one."""
+def left_by_earlier_dev(dagster_home: Path, dev_pid: int | None = None) -> list[tuple[psutil.Process, str]]:
+    """The processes an earlier `cortex dev` on this DAGSTER_HOME (any, or the one of `dev_pid`)
+    started and left running, each with its program ("dagster_webserver"). Asked with the home's
+    claim held, or once that `cortex dev` has ended, so each is a leftover: `dagster dev` tells its
+    webserver and daemon to stop on a pipe, and they run on when the pipe closes instead; one
+    SIGTERMed as its `cortex dev` was SIGKILLed, at a moment it could only print "Aborted!", left
+    both running, the webserver on the UI's port and a second daemon on the instance. A `dagster
+    dev` someone runs by hand carries no mark and is never taken for one."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         try:
             environ = process.environ()
         except (OSError, psutil.Error):
             continue  # gone meanwhile, or not ours to read
-        if DEV_MARK in environ and environ.get("DAGSTER_HOME") == str(dagster_home):
+        marked = DEV_MARK in environ if dev_pid is None else environ.get(DEV_MARK) == str(dev_pid)
+        if marked and environ.get("DAGSTER_HOME") == str(dagster_home):
             found.append((process, _program(process.info["cmdline"] or [])))
     return found
 
@@ -168,6 +169,39 @@ def _program(args: list[str]) -> str:
     if "-m" in args[:-1]:
         return args[args.index("-m") + 1]
     return Path(args[0]).name if args else "?"
+
+
+# The watcher's program: it waits for the end of its stdin, which comes when the `cortex dev`
+# holding the pipe's other end has ended, however (the kernel closes a killed process's files).
+_WATCHER = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from cortex_pipelines.processes import end_leftovers\n"
+    "sys.stdin.buffer.read()\n"
+    "end_leftovers(Path(sys.argv[2]), int(sys.argv[1]))\n"
+)
+
+
+def watch_for_my_end(dagster_home: Path) -> subprocess.Popen:
+    """A process that ends what this `cortex dev` started (marked with its pid) once it has ended,
+    even by SIGKILL, which nothing in this process can answer: its `dagster dev`, SIGTERMed then,
+    may leave its webserver and daemon running (see `left_by_earlier_dev`), serving a home nobody
+    is watching until the next `cortex dev` there. In a session of its own (Ctrl-C is not its),
+    unmarked; holds the pipe's read end only, as `close_fds` keeps the write end from others."""
+    env = {name: value for name, value in os.environ.items() if name != DEV_MARK}
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, str(os.getpid()), str(dagster_home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def end_leftovers(dagster_home: Path, dev_pid: int) -> None:
+    """End what the `cortex dev` of `dev_pid` started on this home and left running."""
+    end_processes([process for process, _ in left_by_earlier_dev(dagster_home, dev_pid)], grace_s=10.0)
 
 
 def end_processes(processes: list[psutil.Process], grace_s: float) -> None:

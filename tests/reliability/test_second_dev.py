@@ -133,14 +133,18 @@ def test_servers_a_killed_dagster_dev_left_running_are_stopped_by_the_next_corte
     """A `dagster dev` that ends before telling its webserver and daemon to stop (SIGTERMed by the
     kernel as its `cortex dev` was SIGKILLed, at a moment it could only print "Aborted!") left both
     running: they end only when told, not when their shutdown pipe closes. The webserver kept the
-    UI's port and a second daemon ran on the instance. The next `cortex dev` stops them, says so,
-    and comes up on the same port."""
+    UI's port and a second daemon ran on the instance. The watcher `cortex dev` starts ends them
+    (next test); with the watcher gone too (`pkill -9 python`), the next `cortex dev` stops them,
+    says so, and comes up on the same port."""
     home = tmp_path / "home"
     cortex("init", home=home)
     with cortex_dev(home, tmp_path / "first.log") as (port, _, first):
-        (dagster_dev,) = [p for p in psutil.Process(first.pid).children() if "dagster" in p.cmdline()]
+        children = psutil.Process(first.pid).children()
+        (dagster_dev,) = [p for p in children if "dagster" in p.cmdline()]
+        (watcher,) = [p for p in children if "-c" in p.cmdline()]
         left = {os.getpgid(dagster_dev.pid)}
         servers = dagster_dev.children()
+        watcher.kill()
         dagster_dev.kill()  # no shutdown message for its servers
         first.wait(60)  # `cortex dev` ends with its `dagster dev`
         assert servers and all(s.is_running() for s in servers)  # what the next one meets
@@ -161,6 +165,32 @@ def test_servers_a_killed_dagster_dev_left_running_are_stopped_by_the_next_corte
         assert "address already in use" not in said
     finally:
         for process in alive_in(left):
+            with suppress(psutil.Error):
+                process.kill()
+
+
+def test_what_a_sigkilled_cortex_dev_started_ends_without_waiting_for_the_next_one(tmp_path):
+    """`cortex dev` and its `dagster dev` SIGKILLed together (the OOM killer, `kill -9` on both):
+    nothing tells the webserver and daemon to stop, and they served the home headless, the UI's
+    port held and sensors ticking, until the next `cortex dev` there. The watcher `cortex dev`
+    starts for its own end ends them at once; `cortex status` then names nothing."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    killed: set[int] = set()
+    try:
+        with cortex_dev(home, tmp_path / "killed.log") as (_, _, first):
+            (dagster_dev,) = [p for p in psutil.Process(first.pid).children() if "dagster" in p.cmdline()]
+            killed = {os.getpgid(dagster_dev.pid)}
+            servers = dagster_dev.children()
+            os.killpg(first.pid, signal.SIGKILL)
+            dagster_dev.kill()
+            first.wait()
+            assert servers
+            wait_until_ended(killed, 60, "the servers of the killed `cortex dev`")
+        told = cortex("status", home=home)
+        assert "dev      not running" in told.stdout and "left running" not in told.stderr, told.stderr
+    finally:
+        for process in alive_in(killed):
             with suppress(psutil.Error):
                 process.kill()
 
