@@ -121,9 +121,15 @@ def with_compound_words(text: str) -> str:
 
 
 def split_compounds(text: str, known: Callable[[str], bool]) -> str:
-    """The text with each run-together name that `known` does not take as one word written as its
-    words ("Pure Gym"), for an embedder: one its vocabulary holds ("YouTube") stays as it is."""
-    return _COMPOUND.sub(lambda m: m[0] if known(m[0]) else " ".join(_CAPITALISED.findall(m[0])), text)
+    """The text with each run-together name written as its words ("Pure Gym"), for an embedder,
+    when `known` takes each of them and not the name: one its vocabulary holds whole ("YouTube")
+    stays, and so does one with a word it lacks ("LeBron": "Bron" gives it nothing "##bron" did not)."""
+
+    def read(name: re.Match[str]) -> str:
+        words = _CAPITALISED.findall(name[0])
+        return " ".join(words) if not known(name[0]) and all(map(known, words)) else name[0]
+
+    return _COMPOUND.sub(read, text)
 
 
 # A sentence that asks: it ends with a question mark, or asks in words without one. A question word

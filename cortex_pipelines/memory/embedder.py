@@ -164,8 +164,9 @@ class Embedder:
         return self._dimensions
 
     def model_texts(self, texts: list[str]) -> list[str]:
-        """The texts as the model reads them: a run-together name its vocabulary lacks as its words
-        ("PureGym" as "Pure Gym": "which gym am I a member of?" went from cosine 0.29 to 0.55)."""
+        """The texts as the model reads them: a run-together name its vocabulary lacks, made of words
+        it has, as those words ("PureGym" as "Pure Gym": "which gym am I a member of?" went from
+        cosine 0.29 to 0.55)."""
         return [split_compounds(text, self._knows) for text in texts]
 
     def _knows(self, word: str) -> bool:
