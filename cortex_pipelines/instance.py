@@ -154,7 +154,8 @@ def live_dev(paths: Paths) -> str | None:
 def dev_state(paths: Paths) -> dict:
     """Whether a `cortex dev` serves this home ("pid 123, UI http://..."), and, when none does, the
     processes a killed one left running (its webserver on the UI's port, its daemon still ticking
-    sensors): the next `cortex dev` here stops them, and until then only this says they are there."""
+    sensors): its watcher ends them as it ends, unless it was killed too; then the next `cortex
+    dev` here does, and until then only this says they are there."""
     from cortex_pipelines.processes import left_by_earlier_dev
 
     running = live_dev(paths)

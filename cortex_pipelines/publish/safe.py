@@ -176,7 +176,7 @@ SECRET_PATTERNS: list[re.Pattern[str] | _CardNumbers | _NextCode] = [
     ),
     re.compile(
         _PASSWORD_WORD
-        + rf"(?:{_PLACE}(?=\s+(?i:is|was|ist|war|lautet)\b))?"
+        + rf"(?:{_PLACE}(?={_SAID_TO_BE}))?"
         + r"\s+(?i:is|was|ist|war|lautet)\s+[\"']?"
         + _NOT_REDACTED
         + r"(?P<secret>(?=[^\s\"',;]*\d)[^\s\"',;]{4,})"
