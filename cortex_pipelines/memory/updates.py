@@ -366,7 +366,11 @@ def returned_to(
 # attribute in common.
 ENDS = re.compile(
     r"\b(quit|quitting|resigned|sold|cancell?ed|stopped(?! by)|gave up|given up|no longer|got rid of|"
-    r"ditched|done with|dropped(?! (?:by|off))|broke up with|split (up )?with)\b",
+    r"ditched|done with|dropped(?! (?:by|off))|broke up with|split (up )?with"
+    # leaving a name for another ("I left Google and joined Stripe"), not a place on a trip ("Left
+    # Paris this morning, now in Lyon") nor someone's place ("left Sam's party and started home")
+    r"|left (?-i:[A-Z])[\w&-]*+(?!['’])(?: [\w'’-]+){0,4}? (?:and|to) (?:join|joined|start|started|work)"
+    r")\b",
     re.I,
 )
 _NAME = re.compile(r"\b(?!I\b|I['’])[A-Z][\w&'’-]+")

@@ -240,6 +240,24 @@ def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_do
     assert "data engineer" not in bulletin, bulletin
 
 
+def test_leaving_an_employer_for_another_ends_the_old_job_and_a_trip_leaves_home_current(tmp_path):
+    """ "I work at Google as a data engineer.", then "I left Google in October and joined Stripe.":
+    0.19 from "where do I work?" and sharing only the name with the old job, it linked nothing, and
+    the reply said Google. "Left Paris this morning, now in Lyon" is a trip: home stays Paris."""
+    home = tmp_path / "home"
+    cortex("--now", "-20d", "send", "webchat", "I work at Google as a data engineer.", home=home)
+    cortex("--now", "-20d", "send", "webchat", "I live in Paris with my partner.", home=home)
+    cortex("--now", "-20d", "run", home=home)
+    cortex("send", "webchat", "Left Paris this morning, now in Lyon for the conference.", home=home)
+    cortex("send", "webchat", "I left Google in October and joined Stripe.", home=home)
+    first, answer = _first_memory_answered(home, "where do I work?")
+    assert "joined Stripe" in first, answer
+    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+    hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
+    (paris,) = [h for h in hits if "I live in Paris" in h["text"]]
+    assert "updated_by" not in paris, hits
+
+
 @pytest.mark.parametrize(
     ("text", "ended"),
     [
@@ -251,6 +269,11 @@ def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_do
         ("I stopped by Anna's place after work.", set()),
         ("I dropped off the kids at Anna's.", set()),
         ("Google let me go, so I quit.", set()),
+        # leaving a name for another is an ending; leaving a place on a trip, or someone's place, not
+        ("I left Google in October and joined Stripe.", {"google", "october", "stripe"}),
+        ("I left Deloitte to start my own firm.", {"deloitte"}),
+        ("Left Paris this morning, now in Lyon for the conference.", set()),
+        ("I left Sam's party early and started the drive home.", set()),
     ],
 )
 def test_which_names_a_change_ends(text, ended):
