@@ -216,6 +216,15 @@ def test_a_return_to_an_earlier_value_in_other_words_is_current_again_and_a_visi
     assert "Lisbon" in bulletin and "moved to Porto" not in bulletin, bulletin
 
 
+def _the_job_told_first_and_google_as_history(home, change: str, says: str) -> None:
+    """`change` told, then "where do I work?" answered by `cortex run`: the first memory quoted says
+    `says`, and "I work at Google as a data engineer." comes after it, marked as since updated."""
+    cortex("send", "webchat", change, home=home)
+    first, answer = _first_memory_answered(home, "where do I work?")
+    assert says in first, answer
+    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+
+
 def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_does_not(tmp_path):
     """ "I work at Google as a data engineer.", then "I quit Google last week, taking a break before
     the next thing.": the two share little but the name (cosine 0.34, under the strict threshold),
@@ -229,10 +238,9 @@ def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_do
     (job,) = [h for h in hits if "data engineer" in h["text"]]
     assert "updated_by" not in job, hits
 
-    cortex("send", "webchat", "I quit Google last week, taking a break before the next thing.", home=home)
-    first, answer = _first_memory_answered(home, "where do I work?")
-    assert "I quit Google" in first, answer
-    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+    _the_job_told_first_and_google_as_history(
+        home, "I quit Google last week, taking a break before the next thing.", "I quit Google"
+    )
     hits = _json(cortex("recall", "where do I work", "-k", "5", "--json", home=home))
     (job,) = [h for h in hits if "data engineer" in h["text"]]
     assert "updated_by" in job, hits  # history, no longer current
@@ -249,10 +257,9 @@ def test_leaving_an_employer_for_another_ends_the_old_job_and_a_trip_leaves_home
     cortex("--now", "-20d", "send", "webchat", "I live in Paris with my partner.", home=home)
     cortex("--now", "-20d", "run", home=home)
     cortex("send", "webchat", "Left Paris this morning, now in Lyon for the conference.", home=home)
-    cortex("send", "webchat", "I left Google in October and joined Stripe.", home=home)
-    first, answer = _first_memory_answered(home, "where do I work?")
-    assert "joined Stripe" in first, answer
-    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+    _the_job_told_first_and_google_as_history(
+        home, "I left Google in October and joined Stripe.", "joined Stripe"
+    )
     hits = _json(cortex("recall", "where do I live", "-k", "5", "--json", home=home))
     (paris,) = [h for h in hits if "I live in Paris" in h["text"]]
     assert "updated_by" not in paris, hits
