@@ -500,8 +500,8 @@ def _prune_run_history(settings: Settings, instance: DagsterInstance) -> None:
 
 @app.command("status")
 def status_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Bus counts, channels and modes, conversations, memory tiers, LLM usage, warmup, schedules,
-    supervision."""
+    """Bus counts, channels and modes, conversations, whether `cortex dev` runs (and what a killed
+    one left running), memory tiers, LLM usage, warmup, schedules, supervision."""
     state = status(_existing())
     if as_json:
         _print_json(state)
