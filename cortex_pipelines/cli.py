@@ -44,6 +44,7 @@ from cortex_pipelines.proactive import schedules
 from cortex_pipelines.proactive.supervision import supervise
 from cortex_pipelines.processes import (
     DEV_MARK,
+    collect_old_objects_rarely,
     end_processes,
     group_ended,
     left_by_earlier_dev,
@@ -123,6 +124,7 @@ def main(
     ] = None,
 ) -> None:
     """Cortex: the memory brain of your personal agent."""
+    collect_old_objects_rarely()  # before the command's own imports, the heavy ones
     private_umask()
     polars_keeping_sigint()  # Ctrl-C stops every command, after its first query too
     _warnings_as_lines()
