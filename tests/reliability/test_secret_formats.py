@@ -219,6 +219,7 @@ OWNER_CODES = {
 }
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_pin_the_owner_tells_is_in_no_published_file_and_recall_still_finds_it(tmp_path):

@@ -157,6 +157,7 @@ def test_ctrl_c_leaves_cortex_chat_after_an_answer(settings):
         term.proc.kill()
 
 
+@pytest.mark.soak
 def test_ctrl_c_stops_cortex_chat_started_with_sigint_ignored(settings):
     """A script's `cortex … &` starts with SIGINT ignored. Dagster stops runs and `cortex dev` its
     children by SIGINT, so every command arms it again: here Ctrl-C still quits the chat."""
@@ -305,6 +306,7 @@ def test_remind_me_in_two_minutes_arrives_once_when_the_time_comes(tmp_path):
     assert bad.stderr.startswith("cortex: --now: 'next tuesday' is neither")  # the option typed
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_the_demo_creates_its_reminder_and_its_observations_are_recallable(tmp_path):
     home = tmp_path / "home"

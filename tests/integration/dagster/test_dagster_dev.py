@@ -80,6 +80,7 @@ def _processing_runs(home) -> list:
         return [r for r in instance.get_runs() if r.job_name == "process_messages"]
 
 
+@pytest.mark.soak
 def test_a_lingering_run_answers_the_conversation_then_ends_after_its_idle_window(tmp_path, monkeypatch):
     linger_s = 25  # outlasts two instance reads and a `cortex send` on a loaded machine
     monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", str(linger_s))
@@ -118,6 +119,7 @@ def _session_materializations(home):
         return instance.fetch_materializations(AssetKey("session_messages"), limit=10).records
 
 
+@pytest.mark.soak
 def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp_path, monkeypatch):
     monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "900")
     home = tmp_path / "home"
@@ -133,6 +135,7 @@ def test_cortex_run_beside_a_lingering_run_does_not_wait_out_its_idle_window(tmp
         assert ended.status == DagsterRunStatus.SUCCESS
 
 
+@pytest.mark.soak
 def test_cortex_dev_makes_the_query_encoder_first_and_nothing_it_started_outlives_its_sigkill(
     tmp_path, monkeypatch
 ):

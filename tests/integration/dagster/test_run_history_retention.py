@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from dagster import (
     AssetCheckKey,
     AssetCheckResult,
@@ -127,6 +128,7 @@ def test_delete_run_alone_leaves_the_asset_record_pointing_at_a_run_that_is_gone
         assert (tmp_path / "storage" / newer).exists()
 
 
+@pytest.mark.soak
 def test_cortex_run_prunes_old_runs_and_keeps_what_the_assets_need(tmp_path):
     home = tmp_path / "home"
     cortex("init", home=home)

@@ -54,6 +54,7 @@ def _processing_runs(home) -> list:
         return [r for r in instance.get_runs() if r.job_name == "process_messages"]
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_message_after_idle_starts_its_run_without_the_inbox_sensor(tmp_path, monkeypatch):
     monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "2")  # each run ends soon after its answers

@@ -70,6 +70,7 @@ def test_two_ops_with_the_same_result_text_are_both_completed(tmp_path):
     assert _ops(home) == {first: f"completed: {NO_RESULTS}", second: f"completed: {NO_RESULTS}"}
 
 
+@pytest.mark.soak
 def test_a_refused_result_resent_with_its_exact_op_id_completes_the_op(tmp_path):
     home = tmp_path / "home"
     cafes, dentist = _delegate(
@@ -197,6 +198,7 @@ def test_a_result_naming_no_op_is_told_so_not_noted(tmp_path):
     assert _ops(home) == {op: "pending: "}
 
 
+@pytest.mark.soak
 def test_a_result_after_the_deadline_reaches_the_owner_who_was_told_it_failed(tmp_path):
     """Supervision fails an op at its deadline and the owner is told; a result that came an hour
     later had gone only to the router, "this result completed nothing" (QA, helper-48)."""

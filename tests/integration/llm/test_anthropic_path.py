@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cortex_pipelines.brain.loop import Brain
 from cortex_pipelines.config import load_settings
 from cortex_pipelines.ingest.inbox import ingest_inbox
@@ -148,6 +150,7 @@ def test_cortex_run_says_which_messages_it_could_not_answer_and_why(settings, me
     )
 
 
+@pytest.mark.soak
 def test_cortex_run_says_when_a_daily_budget_is_spent(settings, messages_server):
     """Over budget, replies came from the offline provider ("Noted.") and only Dagster's log said
     why (QA, helper-55)."""

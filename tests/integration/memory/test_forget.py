@@ -20,6 +20,7 @@ def _json(proc) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_forget_hides_the_fact_and_the_turn_it_came_from_and_unforget_brings_both_back(tmp_path):
     """`forget` is soft: recall then finds neither the fact nor the message it was drawn from (on
@@ -371,6 +372,7 @@ PASTA = "Forget the pasta place, we are having dinner at Luigi's on Friday with 
 LAUNCH = "Can you forget my last message? The launch moved to March 3"
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_message_that_only_opens_like_a_request_to_forget_stays_in_view(tmp_path):
     """Only a request to forget and nothing more is hidden: "Forget the pasta place, we are having
@@ -397,6 +399,7 @@ def test_a_message_that_only_opens_like_a_request_to_forget_stays_in_view(tmp_pa
     assert "Lisbon" in said and "Ramos" not in said, said
 
 
+@pytest.mark.soak
 def test_forget_that_followed_by_news_keeps_the_news_and_it_replaces_what_it_corrects(tmp_path):
     """ "Forget that, we're at Luigi's on Friday" is a correction like "scratch that, …": its news
     had been hidden from every prompt, never recalled and never a fact, so the plan it replaced was

@@ -38,6 +38,7 @@ def _home(tmp_path, *said: str):
     return home, settings, Database(settings.paths.db)
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_warm_recall_needs_no_duckdb_and_sees_a_turn_cortex_run_records_in_another_process(tmp_path):
     home, settings, db = _home(tmp_path, "The boathouse key hangs behind the kitchen door.")

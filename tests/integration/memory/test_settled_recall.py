@@ -12,6 +12,7 @@ from bench.paraphrase import load_distractors, load_items, paraphrase_turns
 from tests.support.cli import cli_argv, cli_env
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_statement_found_by_meaning_is_still_found_once_memory_is_materialized(tmp_path):
     """The paraphrase set's statements among its small talk, requests and other facts, then one

@@ -122,7 +122,10 @@ def _first_memory_answered(home, question: str) -> tuple[str, str]:
     return answer.splitlines()[1], answer
 
 
-@pytest.mark.parametrize("together", [False, True], ids=["answered-between", "one-batch"])
+@pytest.mark.parametrize(
+    "together",
+    [pytest.param(False, id="answered-between", marks=pytest.mark.soak), pytest.param(True, id="one-batch")],
+)
 def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_path, together):
     """A move after "I live in Lisbon and my locker code is 4471": the offline extraction drew one
     fact from the sentence, and the move closed all of it, so the locker code left the bulletin and
@@ -156,7 +159,10 @@ def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_pa
     assert "updated_by" not in code[0], code
 
 
-@pytest.mark.parametrize("together", [False, True], ids=["answered-between", "one-batch"])
+@pytest.mark.parametrize(
+    "together",
+    [pytest.param(False, id="answered-between", marks=pytest.mark.soak), pytest.param(True, id="one-batch")],
+)
 def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, together):
     """ "I live in Lisbon.", then "I moved to Porto last week.", then "I live in Lisbon." again: the
     restatement had been folded into the closed Lisbon fact, so "where do I live?" answered Porto
@@ -248,6 +254,7 @@ def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_do
     assert "data engineer" not in bulletin, bulletin
 
 
+@pytest.mark.soak
 def test_leaving_an_employer_for_another_ends_the_old_job_and_a_trip_leaves_home_current(tmp_path):
     """ "I work at Google as a data engineer.", then "I left Google in October and joined Stripe.":
     0.19 from "where do I work?" and sharing only the name with the old job, it linked nothing, and
@@ -988,6 +995,7 @@ def test_an_earlier_statement_must_open_with_the_changed_subject(change, earlier
     assert same_subject(changed_subject(change), earlier) is same
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_news_of_someone_or_something_else_never_supersedes_the_users_own(tmp_path):
     """Through the CLI (review, helper-53): Tom's new number had superseded "My phone number is …",

@@ -31,6 +31,7 @@ GONE = (
 )
 
 
+@pytest.mark.soak
 def test_a_reminder_whose_channel_was_removed_reaches_the_owner_on_webchat_and_says_why(tmp_path):
     """Through the CLI: a `matrix` channel (CORTEX_CHANNELS) takes a reminder, then is removed."""
     home = tmp_path / "home"

@@ -117,6 +117,7 @@ def test_a_calendar_date_is_a_day_in_the_jobs_time_zone(tmp_path):
     }
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_a_reminder_on_a_day_of_every_month_or_year_repeats(tmp_path):
     """A day of the month or year repeats on it ("every month at 9" had been set once, for tonight,
@@ -173,6 +174,7 @@ def test_a_reminder_for_yesterday_is_refused(tmp_path):
     assert _jobs(home) == {"talk about yesterday's game": ("once", "2026-03-28T17:00+00:00")}
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_a_span_of_time_in_parts_adds_up(tmp_path):
     """Every part counts, from when the message was sent; a part it cannot read sets nothing."""
@@ -318,6 +320,7 @@ def test_all_reminders_are_cancelled_at_once_and_a_stranger_is_told_they_are_the
     assert _jobs(home) == {}
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(600)
 def test_in_one_minute_fires_a_minute_later_not_at_the_next_whole_minute_after_it(tmp_path):
     """Rounded up to a whole minute, "in 1 minute" asked at 12:00:40 was due 12:02 (QA, helper-37)."""
