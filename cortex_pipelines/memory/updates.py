@@ -240,6 +240,33 @@ def same_subject(subject: Subject, text: str) -> bool:
     return False
 
 
+# A time a plan is set for: "the 21st", "Friday", "March" (capitalised: "may" is a verb), "7pm", "9:30".
+_WHEN = (
+    r"(?:\d{1,2}(?:st|nd|rd|th)\b|(?i:(?:mon|tues|wednes|thurs|fri|satur|sun)day)\b"
+    r"|(?:January|February|March|April|May|June|July|August|September|October|November|December)\b"
+    r"|\d{1,2}(?::\d{2})?\s*(?i:am|pm)\b|\d{1,2}:\d{2}\b|(?i:tomorrow|tonight|next (?:week|month|year))\b)"
+)
+WHEN = re.compile(_WHEN)
+# A plan moved to another time: "got moved to the 21st", "pushed back to March", "rescheduled for 9:30".
+MOVED_TO_A_TIME = re.compile(
+    rf"\b(?i:moved|pushed(?: \w+)? back|brought(?: \w+)? forward|postponed|rescheduled|delayed|"
+    rf"put(?: \w+)? back|put off|shifted|bumped)\b[^.!?]*?\b(?i:to|till|until|for|on)\s+(?i:the\s+)?{_WHEN}"
+)
+
+
+def moves_plan_of(subject: Subject, new_text: str, earlier_text: str) -> bool:
+    """Whether a plan moved to another time ("The Tokyo trip got moved to the 21st") is one the user
+    told in the first person ("I'm flying to Tokyo on the 14th"), which opens with no subject of its
+    own: the earlier statement gives a time and every name the change's subject gives."""
+    return bool(
+        subject.names
+        and MOVED_TO_A_TIME.search(new_text)
+        and FIRST_PERSON.search(earlier_text)
+        and WHEN.search(earlier_text)
+        and subject.names <= {word.lower() for word in _TOKEN.findall(earlier_text)}
+    )
+
+
 # Channels whose turns are not the user's statements: schedule firings and delegated results.
 NOT_STATEMENTS = frozenset({"cron", "router"})
 MIN_SUBJECT_WORDS = 3
@@ -439,7 +466,8 @@ def superseded_statement(
     another channel the owner's own statements go by other ids. A change of something else the
     user tells about (`changed_subject`: "The Berlin trip got moved to the 19th") supersedes only an
     earlier owner statement opening with the same subject, at `same_subject_min_cosine`; with
-    `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour").
+    `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour"); a
+    plan it moves to another time may be one the user told in the first person (`moves_plan_of`).
     A change of the user's own that ends something counts a name in common as an attribute in
     common (`ended_names`: "I quit Google", "I work at Google"). Returns its session ids and the
     cosine."""
@@ -468,7 +496,9 @@ def superseded_statement(
         )
     ]
     if subject:
-        earlier = [m for m in earlier if same_subject(subject, m.text)]
+        earlier = [
+            m for m in earlier if same_subject(subject, m.text) or moves_plan_of(subject, new_text, m.text)
+        ]
     elif person := changed_person(new_text):
         earlier = [m for m in earlier if re.search(rf"\b{re.escape(person)}\b", m.text, re.IGNORECASE)]
     else:  # and the user's own change never supersedes news of someone else ("Tom's at Spotify now")

@@ -30,6 +30,7 @@ from cortex_pipelines.memory.updates import (
     changed_subject,
     co_recalled_updates,
     ended_names,
+    moves_plan_of,
     newest_successors,
     returned_to,
     same_subject,
@@ -922,15 +923,18 @@ def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
 @pytest.mark.slow
 def test_a_plan_or_a_person_the_user_told_about_is_answered_with_its_latest_state(tmp_path):
     """A change of something or someone else the user tells about supersedes what they had said of
-    it ("The Ghent trip got moved to the 19th" had left "the 12th" answered first), and a change
+    it ("The Ghent trip got moved to the 19th" had left "the 12th" answered first), a plan moved to
+    another time supersedes the user's own telling of it ("I'm flying to Tokyo on the 14th"), and a change
     that adds to it, or is about something else, supersedes nothing (QA, helper-37)."""
     home = tmp_path / "home"
     cortex("init", home=home)
     said = [
         ("-14d", "The Ghent trip is on the 12th of May."),
+        ("-14d", "I'm flying to Tokyo on the 14th for a conference."),
         ("-14d", "Imogen runs the bike shop on Quay Street."),
         ("-13d", "Tobias charges 40 euros an hour for piano lessons."),
         ("-2d", "The Ghent trip got moved to the 19th."),
+        ("-2d", "The Tokyo trip got moved to the 21st."),
         ("-2d", "Imogen now does repairs as well."),
         ("-1d", "Tobias charges 55 euros an hour now."),
     ]
@@ -943,6 +947,10 @@ def test_a_plan_or_a_person_the_user_told_about_is_answered_with_its_latest_stat
     assert trip.index("19th") < trip.index("12th"), trip
     first = _json(cortex("recall", "when is the Ghent trip", "-k", "3", "--json", home=home))[0]
     assert "19th" in first["text"], first
+    # a plan the user told in the first person, moved in other words: the 14th had stayed first
+    tokyo = _json(cortex("recall", "When do I fly to Tokyo?", "-k", "3", "--json", home=home))
+    assert "21st" in tokyo[0]["text"], tokyo
+    assert any("14th" in h["text"] and h.get("updated_by") for h in tokyo), tokyo
     rate = _json(cortex("recall", "how much are Tobias's piano lessons", "-k", "3", "--json", home=home))
     assert "55" in rate[0]["text"] and any("40" in h["text"] and h.get("updated_by") for h in rate), rate
     shop = _json(cortex("recall", "what does Imogen run", "-k", "3", "--json", home=home))
@@ -993,6 +1001,23 @@ def test_what_a_change_of_someone_or_something_else_is_about(text, subject):
 )
 def test_an_earlier_statement_must_open_with_the_changed_subject(change, earlier, same):
     assert same_subject(changed_subject(change), earlier) is same
+
+
+@pytest.mark.parametrize(
+    ("change", "earlier", "moved"),
+    [
+        ("The Tokyo trip got moved to the 21st.", "I'm flying to Tokyo on the 14th for a conference.", True),
+        ("The Lisbon flight got pushed back to Saturday.", "We fly to Lisbon on Friday morning.", True),
+        ("The Oslo visit is postponed until March.", "We're visiting Oslo in February.", True),
+        ("The Tokyo office moved to Shibuya.", "I'm flying to Tokyo on the 14th.", False),  # no new time
+        ("The Lisbon flight got moved to Saturday.", "We may fly to Lisbon one day.", False),  # no time told
+        ("Sam's party got moved to Sunday.", "I'm having a party on Saturday the 12th.", False),  # not Sam's
+        ("The kids' dentist appointment got moved to Friday.", "I see the dentist on Tuesday.", False),
+        ("The Tokyo trip got moved to the 21st.", "Kenji flies to Tokyo on the 14th.", False),  # Kenji's
+    ],
+)
+def test_a_plan_moved_to_another_time_is_of_the_users_own_telling_of_it(change, earlier, moved):
+    assert moves_plan_of(changed_subject(change), change, earlier) is moved
 
 
 @pytest.mark.soak
