@@ -40,7 +40,8 @@ _FULL_COLLECTION_EVERY = 1000
 
 
 def collect_old_objects_rarely() -> None:
-    """Make full garbage collections rare in a short-lived command (see _FULL_COLLECTION_EVERY)."""
+    """Make full garbage collections rare in every `cortex` command (see _FULL_COLLECTION_EVERY); a
+    long-running one (`cortex dev`, `chat`, `serve`) still makes them, a hundred times further apart."""
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, _FULL_COLLECTION_EVERY)
 

@@ -1,5 +1,5 @@
 """Days and months a query names ("on 3 June, 2023", "in July 2022", "last May"): recall prefers
-what was said then."""
+what was said then. Also the times a plan is said to be at (PLAN_TIME), for knowledge updates."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ _DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b", 
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+(\d{{4}})\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?(\d{{4}})\b", re.I)
 _MONTH_ONLY = re.compile(r"\b(" + "|".join(m.capitalize() for m in _MONTHS) + r")\b")  # "may" is a verb
+# A time a plan is set for: "the 21st", "Friday", "March" (capitalised: "may" is a verb), "7pm", "9:30",
+# "tomorrow". A pattern to build others with, as updates.py does.
+PLAN_TIME = (
+    r"(?:\d{1,2}(?:st|nd|rd|th)\b|(?i:(?:mon|tues|wednes|thurs|fri|satur|sun)day)\b"
+    r"|(?:" + "|".join(m.capitalize() for m in _MONTHS) + r")\b"
+    r"|\d{1,2}(?::\d{2})?\s*(?i:am|pm)\b|\d{1,2}:\d{2}\b|(?i:tomorrow|tonight|next (?:week|month|year))\b)"
+)
 
 
 def named_times(query: str) -> list[tuple[int | None, int, int | None]]:

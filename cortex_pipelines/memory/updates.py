@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from cortex_pipelines.memory.dates import PLAN_TIME
 from cortex_pipelines.memory.patterns import ATTRIBUTES, attributes_of
 from cortex_pipelines.memory.snapshot import STOP_WORDS, tokenize
 from cortex_pipelines.text import never_an_answer, retraction_with_news, split_sentences
@@ -240,17 +241,12 @@ def same_subject(subject: Subject, text: str) -> bool:
     return False
 
 
-# A time a plan is set for: "the 21st", "Friday", "March" (capitalised: "may" is a verb), "7pm", "9:30".
-_WHEN = (
-    r"(?:\d{1,2}(?:st|nd|rd|th)\b|(?i:(?:mon|tues|wednes|thurs|fri|satur|sun)day)\b"
-    r"|(?:January|February|March|April|May|June|July|August|September|October|November|December)\b"
-    r"|\d{1,2}(?::\d{2})?\s*(?i:am|pm)\b|\d{1,2}:\d{2}\b|(?i:tomorrow|tonight|next (?:week|month|year))\b)"
-)
-WHEN = re.compile(_WHEN)
+WHEN = re.compile(PLAN_TIME)
 # A plan moved to another time: "got moved to the 21st", "pushed back to March", "rescheduled for 9:30".
 MOVED_TO_A_TIME = re.compile(
     rf"\b(?i:moved|pushed(?: \w+)? back|brought(?: \w+)? forward|postponed|rescheduled|delayed|"
-    rf"put(?: \w+)? back|put off|shifted|bumped)\b[^.!?]*?\b(?i:to|till|until|for|on)\s+(?i:the\s+)?{_WHEN}"
+    rf"put(?: \w+)? back|put off|shifted|bumped)\b[^.!?]*?"
+    rf"\b(?i:to|till|until|for|on)\s+(?i:the\s+)?{PLAN_TIME}"
 )
 
 
