@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,7 +155,7 @@ def auto_recall(conv: Conversation, context: Context, text: str, k: int) -> list
 def shown(context: Context, hits: list, budget: int, dia: dict[int, str]) -> tuple[set[str], dict]:
     """The turns a prompt with this recalled-memory budget shows, and its tokens."""
     prompt = replace(context, layer_tokens=dict(context.layer_tokens))
-    kept = prompt.add_recalled(hits, budget)
+    kept = prompt.add_recalled(hits, budget, UTC)  # the LoCoMo homes keep the default timezone
     turns = {dia[s] for s in context.foreground_ids if s in dia}
     turns |= {dia[s] for hit in kept for s in hit.sources if s in dia}
     tokens = {"block": prompt.layer_tokens["recalled"], "prompt": sum(prompt.layer_tokens.values())}

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
+from zoneinfo import ZoneInfo
 
 import click
 import typer
@@ -721,14 +722,15 @@ def recall(
     db = Database(settings.paths.db)
     hits = memory_recall(db, settings, query, k=k)
     note_use(db, settings, hits)
+    zone = ZoneInfo(settings.timezone)
     if as_json:
-        _print_json([h.as_dict() for h in hits])
+        _print_json([h.as_dict(zone) for h in hits])
         return
     for n, hit in enumerate(hits, 1):
         ref = f"fact {hit.fact_id}, " if hit.fact_id else ""
         shown = shorten(hit.text, RECALL_SHOWN_CHARS)  # --json has it whole
         _say(f"{n}. [{hit.tier}] {shown}")
-        where = f"{hit.channel or '?'}{_said_by(settings, hit)} {hit.at:%Y-%m-%d}"
+        where = f"{hit.channel or '?'}{_said_by(settings, hit)} {hit.said_on(zone) or 'undated'}"
         _say(f"   {ref}{where}, messages {hit.sources}, score {hit.score:.4f}{_no_longer_current(hit)}")
     if not hits:
         out.print("nothing found")

@@ -16,7 +16,7 @@ other process (ATTACH and DETACH ~2 ms), so the brain does its reads for a messa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines import clock
@@ -77,10 +77,11 @@ class Context:
     def system(self) -> str:
         return "\n\n".join([*self.stable, *self.volatile])
 
-    def add_recalled(self, hits: list[Hit], budget_tokens: int) -> list[Hit]:
+    def add_recalled(self, hits: list[Hit], budget_tokens: int, zone: tzinfo) -> list[Hit]:
         """Seeds 001/002: the memories most relevant to the message, in a block of their own after
-        the floor, within a token budget, each with where, when and from which messages. Hits the
-        floor, the pins or the foreground already show are left out; returns the ones shown."""
+        the floor, within a token budget, each with where, when (the day in the owner's `zone`, as
+        the floor's "Now") and from which messages. Hits the floor, the pins or the foreground
+        already show are left out; returns the ones shown."""
         shown_turns = set(self.foreground_ids) | {self.session_id}
         pinned = {" ".join(p.split()).lower() for p in self.pinned_texts}
         lines, kept, used = [], [], 0
@@ -89,7 +90,7 @@ class Context:
                 continue
             if hit.fact_id is None and shown_turns.intersection(hit.sources):
                 continue
-            when = f"{hit.at:%Y-%m-%d}" if hit.at else "undated"
+            when = ((said_on := hit.said_on(zone)) and said_on.isoformat()) or "undated"
             since = f"; no longer current: updated in msg {hit.updated_by}" if hit.updated_by else ""
             # Another agent's text, said so before a word of it: the block is what the user said.
             whose = f"[{DELEGATED_RESULT}] " if hit.delegated else ""

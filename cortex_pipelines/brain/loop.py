@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
+from zoneinfo import ZoneInfo
 
 import duckdb
 import numpy as np
@@ -276,7 +277,7 @@ class Brain:
         recalled = self._recall(msg, context, query_vector)
         self._note_update(msg, context.session_id)
         hints = {
-            "recalled": [hit.as_dict() for hit in recalled],
+            "recalled": [hit.as_dict(ZoneInfo(self.settings.timezone)) for hit in recalled],
             # The floor's pins, for a model that answers only from hints (the offline provider);
             # a stranger is never shown the owner's memories.
             "pinned": context.pinned_texts if speaks_for_owner(self.settings, msg) else [],
@@ -382,7 +383,7 @@ class Brain:
         query = recall_query(msg.text)
         try:
             hits = self._owners_memories(query, {context.session_id, *context.foreground_ids}, query_vector)
-            context.add_recalled(hits, self.settings.recall_context_tokens)
+            context.add_recalled(hits, self.settings.recall_context_tokens, ZoneInfo(self.settings.timezone))
             if not self.llm.reads_conversation:
                 hits = self._owners_memories(query, {context.session_id}, query_vector)
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run

@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -328,7 +329,7 @@ class ToolRunner:
         note_use(self.db, self.settings, hits)
         return [
             {
-                **hit.as_dict(),
+                **hit.as_dict(ZoneInfo(self.settings.timezone)),
                 "said_by_owner": not hit.delegated
                 and (hit.fact_id is not None or self.settings.said_by_owner(hit.channel or "", hit.sender)),
             }

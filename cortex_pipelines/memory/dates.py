@@ -1,10 +1,12 @@
-"""Days and months a query names ("on 3 June, 2023", "in July 2022", "last May"): recall prefers
-what was said then. Also the times a plan is said to be at (PLAN_TIME), for knowledge updates."""
+"""Days and months a query names ("on 3 June, 2023", "in July 2022", "last May"), and past days it
+names from today ("yesterday", "three days ago", "last Monday"): recall prefers what was said then.
+Also the times a plan is said to be at (PLAN_TIME), for knowledge updates."""
 
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 _MONTHS = "january february march april may june july august september october november december".split()
 _MONTH = "(" + "|".join(_MONTHS) + ")"
@@ -20,6 +22,65 @@ PLAN_TIME = (
     r"|(?:" + "|".join(m.capitalize() for m in _MONTHS) + r")\b"
     r"|\d{1,2}(?::\d{2})?\s*(?i:am|pm)\b|\d{1,2}:\d{2}\b|(?i:tomorrow|tonight|next (?:week|month|year))\b)"
 )
+
+
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+_COUNTS = {w: n for n, w in enumerate("one two three four five six seven eight nine ten".split(), 1)}
+# Days that are past whatever the sentence's tense ("yesterday"), and days that are past only in a
+# question about the past ("what did I say this morning?", not "what should I cook this morning?").
+_PAST_DAY = re.compile(
+    r"\b(?:(?P<before>the day before yesterday)|(?P<yesterday>yesterday|last night)"
+    r"|(?P<count>\d{1,2}|" + "|".join(_COUNTS) + r") days? ago"
+    r"|last (?P<last>" + "|".join(_WEEKDAYS) + r"))\b",
+    re.I,
+)
+_DAY_IF_PAST = re.compile(
+    r"\b(?:(?P<today>today|this morning|this afternoon|this evening|tonight)"
+    r"|on (?P<on>" + "|".join(_WEEKDAYS) + r"))\b",
+    re.I,
+)
+_ASKS_ABOUT_THE_PAST = re.compile(
+    r"\b(?:did|was|were|had|earlier|told|said|mentioned|talked|discussed|shared|wrote|asked)\b", re.I
+)
+
+
+def past_days(query: str, today: date) -> list[date]:
+    """The past days a query names counting from `today` (the asker's local date): "yesterday",
+    "last night", "the day before yesterday", "three days ago", "last Monday"; and, in a question
+    about the past, "today", "this morning" or "on Monday" (the latest Monday before today)."""
+    days = []
+    for m in _PAST_DAY.finditer(query):
+        if m["before"]:
+            days.append(today - timedelta(days=2))
+        elif m["yesterday"]:
+            days.append(today - timedelta(days=1))
+        elif m["count"]:
+            count = m["count"].lower()
+            days.append(today - timedelta(days=int(count) if count.isdigit() else _COUNTS[count]))
+        else:
+            days.append(_weekday_before(today, m["last"]))
+    if _ASKS_ABOUT_THE_PAST.search(query):
+        for m in _DAY_IF_PAST.finditer(query):
+            days.append(today if m["today"] else _weekday_before(today, m["on"]))
+    return list(dict.fromkeys(days))
+
+
+def _weekday_before(today: date, name: str) -> date:
+    back = (today.weekday() - _WEEKDAYS.index(name.lower())) % 7
+    return today - timedelta(days=back or 7)
+
+
+def utc_spans(days: list[date], zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
+    """Each local day as [start, end) in naive UTC, as the database stores times."""
+
+    def utc(day: date) -> datetime:
+        return datetime.combine(day, time(), zone).astimezone(ZoneInfo("UTC")).replace(tzinfo=None)
+
+    return [(utc(day), utc(day + timedelta(days=1))) for day in days]
+
+
+def within(at: datetime | None, spans: list[tuple[datetime, datetime]]) -> bool:
+    return at is not None and any(start <= at < end for start, end in spans)
 
 
 def named_times(query: str) -> list[tuple[int | None, int, int | None]]:

@@ -20,15 +20,17 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, tzinfo
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cortex_pipelines import clock
 from cortex_pipelines.config import ROUTER_CHANNEL, Settings
 from cortex_pipelines.memory import tail
-from cortex_pipelines.memory.dates import named_times, said_then
+from cortex_pipelines.memory.dates import named_times, past_days, said_then, utc_spans, within
 from cortex_pipelines.memory.embedder import Embedder, embedder_for
 from cortex_pipelines.memory.fusion import (
     Candidate,
@@ -52,7 +54,7 @@ from cortex_pipelines.memory.updates import (
 )
 from cortex_pipelines.memory.vectors import EPISODIC, SEMANTIC, UNNAMED_EMBEDDER, VectorStore, vector_store
 from cortex_pipelines.processes import helper_thread
-from cortex_pipelines.storage import Database, turn_vectors, updates, utcnow
+from cortex_pipelines.storage import Database, session, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
 from cortex_pipelines.text import QUESTION, collapse_spaces, never_an_answer, normalize, split_sentences
@@ -81,7 +83,13 @@ class Hit:
         """A delegated task's result (harvested): another agent's text, never the owner's words."""
         return self.origin == fact_store.OP_HARVEST
 
-    def as_dict(self) -> dict:
+    def said_on(self, zone: tzinfo) -> date | None:
+        """The day it was said in the owner's timezone (`at` is naive UTC, as stored): the day a
+        model reads beside "Now" in that timezone, and the one "yesterday" counts from."""
+        return self.at.replace(tzinfo=UTC).astimezone(zone).date() if self.at else None
+
+    def as_dict(self, zone: tzinfo = UTC) -> dict:
+        said_on = self.said_on(zone)
         out = {
             "text": self.text,
             "score": round(self.score, 6),
@@ -89,7 +97,7 @@ class Hit:
             "sources": self.sources,
             "channel": self.channel,
             "sender": self.sender,
-            "date": self.at.date().isoformat() if self.at else None,
+            "date": said_on.isoformat() if said_on else None,
         }
         if self.fact_id is not None:
             out["fact_id"] = self.fact_id
@@ -264,6 +272,13 @@ def recall(
     if owners_only:
         exclude_sources |= _strangers_turns(recent, settings)
     episodes |= tail.candidates(recent, recent_vectors, qvec, query, set(exclude_sources), pool, config)
+    zone = ZoneInfo(settings.timezone)
+    spans = tuple(utc_spans(past_days(query, clock.now().astimezone(zone).date()), zone))
+    if spans:
+        that_day = _owners_statements(
+            db.run_unchanged(session.inbound_between, spans, pool), exclude_sources, settings
+        )
+        add_ranked(episodes, that_day, config.said_then_weight, config)
     hits = _fact_keyword_hits(hot, query, pool, config)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
@@ -313,6 +328,10 @@ def recall(
         for hit in hits:
             if said_then(hit.at, times):
                 hit.score *= config.date_boost
+    for hit in hits if spans else ():
+        # A day counted from today is the day the asker means: what was said on another day (today's
+        # "I bought a bike today", close in meaning to "yesterday") gives way to it.
+        hit.score *= config.date_boost if within(hit.at, spans) else 1 / config.date_boost
     if embedding is not None and qvec is None:
         embedding.cancel()  # nothing to compare it with: not embedded, if it has not begun
     hits = _facts_stand_for_their_turns(hits, config)
@@ -327,6 +346,16 @@ def recall(
     if owners_only:
         hits = [h for h in hits if h.fact_id is not None or settings.said_by_owner(h.channel or "", h.sender)]
     return _one_hit_per_statement(hits, settings)[:k]
+
+
+def _owners_statements(turns: list[dict], exclude: set[int], settings: Settings) -> list[dict]:
+    """The owner's turns among these, as episode candidates: what a question about what "I" said
+    on a day asks for. Never a stranger's, whoever asks."""
+    return [
+        {**turn, "sources": [turn["id"]], "role": "user", "prev_id": None}
+        for turn in turns
+        if turn["id"] not in exclude and settings.said_by_owner(turn["channel"], turn["sender"])
+    ]
 
 
 def _owners_among(

@@ -36,6 +36,10 @@ class RecallConfig:
     neighbours_in_dialogue: bool = True
     # A query naming a day or a month prefers what was said then.
     date_boost: float = 2.0
+    # A query naming a past day from today ("what did I tell you yesterday?") adds the owner's
+    # statements of that day as one more ranked list (newest first) with this weight: such a
+    # question shares no word and no meaning with them, and found none of them before.
+    said_then_weight: float = 1.0
     # Each turn gains this share of the top `session_top` scores of its conversation (channel, day).
     session_share: float = 0.35
     session_top: int = 3

@@ -1,0 +1,91 @@
+"""A question about what the user said on a day counted from today ("What did I tell you
+yesterday?"): such a question shares no word and no meaning with the statements it asks for, so
+recall adds the owner's statements of that day, in the owner's timezone."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pytest
+
+from cortex_pipelines.memory.dates import past_days
+from tests.support.cli import cortex
+
+NEW_YORK = {"CORTEX_TIMEZONE": "America/New_York"}
+ASKED_AT = "2026-12-01T02:00:00+00:00"  # Monday 30 November, 21:00 in New York
+SAID = [  # (sent at, sender, text)
+    ("2026-11-29T03:00:00+00:00", "user", "My dentist appointment is on Friday at 3pm."),  # Sat 22:00
+    ("2026-11-29T16:00:00+00:00", "user", "I started reading Dune by Frank Herbert."),  # Sun 11:00
+    ("2026-11-29T18:00:00+00:00", "mallory", "I am moving to Mars next year."),  # a stranger, Sun 13:00
+    ("2026-11-30T03:00:00+00:00", "user", "My sister Ana is visiting next month."),  # Sun 22:00 (Mon in UTC)
+    ("2026-11-30T15:00:00+00:00", "user", "I bought a new bike today."),  # Mon 10:00
+]
+DENTIST, DUNE, MARS, ANA, BIKE = (text for _, _, text in SAID)
+
+
+def _replies(home, questions: list[str]) -> list[str]:
+    cortex("init", home=home)
+    for sent_at, sender, text in SAID:
+        cortex("--now", sent_at, "send", "webchat", text, "--sender", sender, home=home)
+    for question in questions:
+        cortex("--now", ASKED_AT, "send", "webchat", question, home=home)
+    cortex("--now", ASKED_AT, "run", home=home, env=NEW_YORK)  # nothing materialized: the live path
+    replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
+    return [r["text"] for r in replies][-len(questions) :]
+
+
+def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_path):
+    yesterday, day_before, book = _replies(
+        tmp_path / "home",
+        [
+            "What did I tell you yesterday?",
+            "What did I say the day before yesterday?",
+            "Which book did I mention yesterday?",
+        ],
+    )
+    # Sunday in New York: Ana's visit was said at 22:00 there, already Monday in UTC, and the reply
+    # dates it as the owner's Sunday.
+    assert DUNE in yesterday and f"{ANA} (webchat, 2026-11-29;" in yesterday, yesterday
+    for other_day in (DENTIST, BIKE):
+        assert other_day not in yesterday, yesterday
+    assert DENTIST in day_before, day_before  # 22:00 on Saturday there, Sunday in UTC
+    assert DUNE not in day_before and ANA not in day_before, day_before
+    assert book.splitlines()[1].startswith(f"- {DUNE}"), book
+    for reply in (yesterday, day_before, book):
+        assert "Mars" not in reply  # what a stranger said that day is not what the user said
+
+
+def test_cortex_recall_lists_the_day_asked_about_first(tmp_path):
+    home = tmp_path / "home"
+    _replies(home, ["Good evening!"])
+    hits = json.loads(
+        cortex(
+            "--now", ASKED_AT, "recall", "what did I tell you yesterday", "--json", home=home, env=NEW_YORK
+        ).stdout
+    )
+    assert {hit["text"] for hit in hits[:2]} == {DUNE, ANA}, hits
+    assert all(hit["sender"] != "mallory" for hit in hits), hits
+
+
+MONDAY = date(2026, 11, 30)
+
+
+@pytest.mark.parametrize(
+    ("query", "days"),
+    [
+        ("What did I tell you yesterday?", [date(2026, 11, 29)]),
+        ("what did we talk about last night", [date(2026, 11, 29)]),
+        ("What did I say the day before yesterday?", [date(2026, 11, 28)]),
+        ("what did I mention three days ago", [date(2026, 11, 27)]),
+        ("what did I mention 10 days ago", [date(2026, 11, 20)]),
+        ("What did I say last Monday?", [date(2026, 11, 23)]),
+        ("What did I say on Friday?", [date(2026, 11, 27)]),
+        ("What did I tell you this morning?", [MONDAY]),
+        ("What should I cook tonight?", []),  # today, but not a question about the past
+        ("Book me a table on Friday", []),  # a Friday to come
+        ("What did I say on 3 June?", []),  # a day by its date: named_times' business
+    ],
+)
+def test_the_past_days_a_question_names(query, days):
+    assert past_days(query, MONDAY) == days
