@@ -36,8 +36,9 @@ def _replies(home, questions: list[str]) -> list[str]:
 
 
 def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_path):
+    home = tmp_path / "home"
     yesterday, day_before, book = _replies(
-        tmp_path / "home",
+        home,
         [
             "What did I tell you yesterday?",
             "What did I say the day before yesterday?",
@@ -54,16 +55,8 @@ def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_pa
     assert book.splitlines()[1].startswith(f"- {DUNE}"), book
     for reply in (yesterday, day_before, book):
         assert "Mars" not in reply  # what a stranger said that day is not what the user said
-
-
-def test_cortex_recall_lists_the_day_asked_about_first(tmp_path):
-    home = tmp_path / "home"
-    _replies(home, ["Good evening!"])
-    hits = json.loads(
-        cortex(
-            "--now", ASKED_AT, "recall", "what did I tell you yesterday", "--json", home=home, env=NEW_YORK
-        ).stdout
-    )
+    asked = ["--now", ASKED_AT, "recall", "what did I tell you yesterday", "--json"]
+    hits = json.loads(cortex(*asked, home=home, env=NEW_YORK).stdout)
     assert {hit["text"] for hit in hits[:2]} == {DUNE, ANA}, hits
     assert all(hit["sender"] != "mallory" for hit in hits), hits
 
