@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 _MONTHS = "january february march april may june july august september october november december".split()
 _MONTH = "(" + "|".join(_MONTHS) + ")"
+MONTH_NAME = "(?:" + "|".join(_MONTHS) + ")"  # a pattern to build others with, any case when compiled so
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _DAY_MONTH_YEAR = re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+(\d{{4}})\b", re.I)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from cortex_pipelines.memory.dates import PLAN_TIME
+from cortex_pipelines.memory.dates import MONTH_NAME, PLAN_TIME
 from cortex_pipelines.memory.patterns import ATTRIBUTES, attributes_of
 from cortex_pipelines.memory.snapshot import STOP_WORDS, tokenize
 from cortex_pipelines.text import never_an_answer, retraction_with_news, split_sentences
@@ -39,8 +39,7 @@ CHANGE = re.compile(
     # a plan that moved: "The launch has been pushed back to April", "brought forward to the 26th"
     r"pushed (\w+ ){0,4}back|brought (\w+ ){0,4}forward|postponed|rescheduled|delayed|"
     r"this (year|month|week|term|season)|a different|got a new|been off|any longer|"
-    r"since (january|february|march|april|may|june|july|august|september|october|november|december|"
-    r"last \w+|\d{4}))\b"
+    r"since (" + MONTH_NAME + r"|last \w+|\d{4}))\b"
     # "new" as in "our new pizza spot" or "New number: …", not "the new bakery" or "a new curtain"
     r"|\b(my|our|his|her|their) new\b|^\s*new\b"
     r"|\b(jetzt|nun|inzwischen|mittlerweile|neu(e[nmrs]?)?|stattdessen|nicht mehr|umgezogen|"

@@ -210,13 +210,14 @@ def inbound_since(con, since: datetime, limit: int) -> list[dict]:
 
 def inbound_between(con, spans: list[tuple[datetime, datetime]], limit: int) -> list[dict]:
     """The newest `limit` inbound turns sent within any of the [start, end) spans, newest first;
-    never a router result (as inbound_since)."""
+    never a router result (as inbound_since), nor a forgotten turn or a request to forget."""
     if not spans:
         return []
     within = " OR ".join("(ts >= ? AND ts < ?)" for _ in spans)
     cur = con.execute(
         "SELECT id, channel, sender, content AS text, ts AS stated_at FROM session "
-        f"WHERE role = 'user' AND channel <> 'router' AND ({within}) ORDER BY ts DESC, id DESC LIMIT ?",
+        f"WHERE role = 'user' AND channel <> 'router' AND ({within}) AND {NOT_FORGOTTEN} "
+        "ORDER BY ts DESC, id DESC LIMIT ?",
         [*(bound for span in spans for bound in span), limit],
     )
     return dict_rows(cur)

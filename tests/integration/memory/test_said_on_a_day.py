@@ -59,6 +59,11 @@ def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_pa
     hits = json.loads(cortex(*asked, home=home, env=NEW_YORK).stdout)
     assert {hit["text"] for hit in hits[:2]} == {DUNE, ANA}, hits
     assert all(hit["sender"] != "mallory" for hit in hits), hits
+    # A forgotten message is not what the user said that day any more.
+    dune_turn = next(hit["sources"][0] for hit in hits if hit["text"] == DUNE)
+    cortex("forget", "--turn", str(dune_turn), home=home)
+    hits = json.loads(cortex(*asked, home=home, env=NEW_YORK).stdout)
+    assert hits[0]["text"] == ANA and "Dune" not in json.dumps(hits), hits
 
 
 MONDAY = date(2026, 11, 30)
