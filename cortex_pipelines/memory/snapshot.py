@@ -84,13 +84,43 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
-def _write_manifest(folder: Path, version: int) -> None:
-    """Size and SHA-256 of every file of the copy, written after them all (atomically)."""
+def _write_manifest(folder: Path, version: int, table: dict) -> None:
+    """Size and SHA-256 of every file of the copy, and the table's description, written after them
+    all (atomically)."""
     files = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in _files(folder)
     }
-    write_atomic(folder / MANIFEST, json.dumps({"version": version, "files": files}, indent=1))
+    write_atomic(
+        folder / MANIFEST, json.dumps({"version": version, "table": table, "files": files}, indent=1)
+    )
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """What a version of a table is made of, for the checks every process makes before it searches
+    (memory/vectors.py: `embedded_by`, `outdated`, `count`): the model that made its vectors (None
+    when the table does not name it), their width, its columns and how many rows it holds."""
+
+    embedder: str | None
+    width: int
+    columns: frozenset[str]
+    rows: int | None = None  # None: not counted
+
+
+def saved_description(folder: Path, version: int) -> TableDescription | None:
+    """The description a saved copy of this version keeps in its manifest, read without the copy's
+    files; None when there is no such copy, or it predates descriptions or is unreadable."""
+    try:
+        manifest = json.loads((folder / f"v{version}" / MANIFEST).read_bytes())
+        table = manifest["table"]
+        if manifest["version"] != version:
+            return None
+        return TableDescription(
+            table["embedder"], int(table["width"]), frozenset(table["columns"]), int(table["rows"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class _Verified:
@@ -243,6 +273,7 @@ class Snapshot:
     _made: dict[int, dict] = field(default_factory=dict)
     _float32: tuple[np.ndarray, np.ndarray | None] | None = None
     _speakers: list[tuple[str | None, str | None]] | None = None
+    table_columns: frozenset[str] = frozenset()  # the table's, as read (saved in the manifest)
 
     @classmethod
     def empty(cls, version: int = -1) -> Snapshot:
@@ -271,7 +302,9 @@ class Snapshot:
         rows = rows.combine_chunks().replace_schema_metadata({EMBEDDER_KEY: made_by})  # saved with it
         bm25 = bm25s.BM25()
         bm25.index(tokenize(rows.column("search_text").to_pylist(), ids=True), show_progress=False)
-        return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
+        snapshot = cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
+        snapshot.table_columns = frozenset(data.column_names)
+        return snapshot
 
     def save(self, folder: Path) -> None:
         """Save this version as `folder/v<version>` (atomically: a temporary folder renamed) and
@@ -291,7 +324,7 @@ class Snapshot:
                 np.save(temporary / "sentence_rows.npy", self.sentence_rows)
                 np.save(temporary / "sentence_starts.npy", self.sentence_starts)
             self.bm25.save(temporary / "bm25")
-            _write_manifest(temporary, self.version)
+            _write_manifest(temporary, self.version, self._description())
             temporary.rename(folder / f"v{self.version}")
         except OSError:
             shutil.rmtree(temporary, ignore_errors=True)  # disk full, or another process saved it first
@@ -323,7 +356,10 @@ class Snapshot:
         bm25 = bm25s.BM25.load(saved / "bm25")
         if not len(rows) == len(vectors) == bm25.scores["num_docs"]:
             raise DamagedCopy(f"{saved} is not a whole snapshot")
-        return cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
+        snapshot = cls(version, rows, rows.column("id").to_numpy(), vectors, bm25, **sentences)
+        described = saved_description(folder, version)
+        snapshot.table_columns = described.columns if described else frozenset()
+        return snapshot
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -332,6 +368,14 @@ class Snapshot:
     def embedder(self) -> str | None:
         """The model that made these vectors; None for a table written before tables named it."""
         return ((self.rows.schema.metadata or {}).get(EMBEDDER_KEY) or b"").decode() or None
+
+    def _description(self) -> dict:
+        return {
+            "rows": len(self),
+            "embedder": self.embedder,
+            "width": int(self.vectors.shape[1]),
+            "columns": sorted(self.table_columns),
+        }
 
     def where(self, exclude_ids: Iterable[int] = (), **equals: str) -> np.ndarray:
         """A boolean row mask: each named column equals its value, and the id is not excluded."""
