@@ -32,12 +32,12 @@ _COUNTS = {w: n for n, w in enumerate("one two three four five six seven eight n
 _PAST_DAY = re.compile(
     r"\b(?:(?P<before>the day before yesterday)|(?P<yesterday>yesterday|last night)"
     r"|(?P<count>\d{1,2}|" + "|".join(_COUNTS) + r") days? ago"
-    r"|last (?P<last>" + "|".join(_WEEKDAYS) + r"))\b",
+    r"|last (?P<last>" + "|".join(_WEEKDAYS) + r")|(?P<last_week>last week)|(?P<weekend>last weekend))\b",
     re.I,
 )
 _DAY_IF_PAST = re.compile(
     r"\b(?:(?P<today>today|this morning|this afternoon|this evening|tonight)"
-    r"|on (?P<on>" + "|".join(_WEEKDAYS) + r"))\b",
+    r"|on (?P<on>" + "|".join(_WEEKDAYS) + r")|(?P<this_week>this week))\b",
     re.I,
 )
 _ASKS_ABOUT_THE_PAST = re.compile(
@@ -47,8 +47,10 @@ _ASKS_ABOUT_THE_PAST = re.compile(
 
 def past_days(query: str, today: date) -> list[date]:
     """The past days a query names counting from `today` (the asker's local date): "yesterday",
-    "last night", "the day before yesterday", "three days ago", "last Monday"; and, in a question
-    about the past, "today", "this morning" or "on Monday" (the latest Monday before today)."""
+    "last night", "the day before yesterday", "three days ago", "last Monday", "last week" (Monday
+    to Sunday), "last weekend"; and, in a question about the past, "today", "this morning", "on
+    Monday" (the latest Monday before today) or "this week" (Monday to today)."""
+    monday = today - timedelta(days=today.weekday())
     days = []
     for m in _PAST_DAY.finditer(query):
         if m["before"]:
@@ -58,11 +60,18 @@ def past_days(query: str, today: date) -> list[date]:
         elif m["count"]:
             count = m["count"].lower()
             days.append(today - timedelta(days=int(count) if count.isdigit() else _COUNTS[count]))
+        elif m["last_week"]:
+            days += [monday - timedelta(days=n) for n in range(7, 0, -1)]
+        elif m["weekend"]:
+            days += [monday - timedelta(days=2), monday - timedelta(days=1)]
         else:
             days.append(_weekday_before(today, m["last"]))
     if _ASKS_ABOUT_THE_PAST.search(query):
         for m in _DAY_IF_PAST.finditer(query):
-            days.append(today if m["today"] else _weekday_before(today, m["on"]))
+            if m["this_week"]:
+                days += [monday + timedelta(days=n) for n in range((today - monday).days + 1)]
+            else:
+                days.append(today if m["today"] else _weekday_before(today, m["on"]))
     return list(dict.fromkeys(days))
 
 
@@ -72,12 +81,19 @@ def _weekday_before(today: date, name: str) -> date:
 
 
 def utc_spans(days: list[date], zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
-    """Each local day as [start, end) in naive UTC, as the database stores times."""
+    """The local days as [start, end) spans in naive UTC, as the database stores times; days in a
+    row are one span ("last week" is one, not seven)."""
 
     def utc(day: date) -> datetime:
         return datetime.combine(day, time(), zone).astimezone(ZoneInfo("UTC")).replace(tzinfo=None)
 
-    return [(utc(day), utc(day + timedelta(days=1))) for day in days]
+    spans: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if spans and spans[-1][1] == day:
+            spans[-1] = (spans[-1][0], day + timedelta(days=1))
+        else:
+            spans.append((day, day + timedelta(days=1)))
+    return [(utc(start), utc(end)) for start, end in spans]
 
 
 def within(at: datetime | None, spans: list[tuple[datetime, datetime]]) -> bool:

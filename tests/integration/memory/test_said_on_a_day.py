@@ -91,6 +91,10 @@ MONDAY = date(2026, 11, 30)
         ("What did I say last Monday?", [date(2026, 11, 23)]),
         ("What did I say on Friday?", [date(2026, 11, 27)]),
         ("What did I tell you this morning?", [MONDAY]),
+        ("What did I tell you last week?", [date(2026, 11, 16 + n) for n in range(7)]),
+        ("what did we talk about last weekend", [date(2026, 11, 28), date(2026, 11, 29)]),
+        ("What did I say this week?", [MONDAY]),  # it is Monday
+        ("What should I do this week?", []),
         ("What should I cook tonight?", []),  # today, but not a question about the past
         ("Book me a table on Friday", []),  # a Friday to come
         ("What did I say on 3 June?", []),  # a day by its date: named_times' business
