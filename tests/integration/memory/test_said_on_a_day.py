@@ -91,7 +91,7 @@ MONDAY = date(2026, 11, 30)
         ("What did I say last Monday?", [date(2026, 11, 23)]),
         ("What did I say on Friday?", [date(2026, 11, 27)]),
         ("What did I tell you this morning?", [MONDAY]),
-        ("What did I tell you last week?", [date(2026, 11, 16 + n) for n in range(7)]),
+        ("What did I tell you last week?", [date(2026, 11, 23 + n) for n in range(7)]),
         ("what did we talk about last weekend", [date(2026, 11, 28), date(2026, 11, 29)]),
         ("What did I say this week?", [MONDAY]),  # it is Monday
         ("What should I do this week?", []),
