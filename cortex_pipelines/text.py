@@ -176,6 +176,18 @@ _STATES_WITH_A_STOP = rf"(?!{_AUX}\s+(?!{_PERSON}\b).*\.\W*$)"
 _IN_WORDS = rf"^{_LEAD}{_OPENS}(?!.*(?<!\?)!\W*$){_STATES_WITH_A_STOP}(?:{_ASKING})"
 ASKS_IN_WORDS = re.compile(_IN_WORDS, re.I | re.S)
 QUESTION = re.compile(rf"\?\s*$|{_IN_WORDS}", re.I | re.S)
+# A question about everything known of the owner rather than about one thing: recall lists the most
+# important facts and the owner's newest statements for it, current ones only.
+_ASKS_WHAT_IS_KNOWN = re.compile(
+    r"\b(?:what (?:else )?(?:do|did|have) you (?:know|remember|learned|learnt) about me\b"
+    r"|what have i told you(?: about (?:me|myself))?\W*$|what do you have on me\b"
+    r"|tell me (?:about myself|what you know about me)\b)",
+    re.I,
+)
+
+
+def asks_what_is_known(text: str) -> bool:
+    return _ASKS_WHAT_IS_KNOWN.search(text) is not None
 
 
 # A request to forget restates what it asks to drop ("Please forget that my sister lives in Vienna"):

@@ -19,6 +19,7 @@ from cortex_pipelines.storage.facts import OP_HARVEST
 from cortex_pipelines.text import (
     asks,
     asks_to_forget,
+    asks_what_is_known,
     collapse_spaces,
     first_words,
     normalize,
@@ -138,7 +139,7 @@ class OfflineClient:
         asked = asks(text)
         pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []
         if asked and (hints.get("recalled") or pinned):  # the context's recalled memories and pins
-            return _reply(request, _answer(hints.get("recalled") or [], pinned))
+            return _reply(request, _answer(hints.get("recalled") or [], pinned, asks_what_is_known(text)))
         if asked and "memory_query" in tools:
             return _tool(request, "memory_query", {"query": text.strip(), "limit": 5})
         greeting = _GREETING.match(text)
@@ -322,11 +323,11 @@ def _pins_asked_for(text: str, pins: list[str]) -> list[str]:
     return [p for p in pins if len(asked & stemmed(p)) >= need]
 
 
-def _answer(hits: list, pinned: list[str] = ()) -> str:
-    """Quote the pins the question names, then the best memory and those close to it, with where
-    and when each was said."""
+def _answer(hits: list, pinned: list[str] = (), everything: bool = False) -> str:
+    """Quote the pins the question names, then the best memory and those close to it (all of the
+    first QUOTED_MOST for a question about `everything` known), with where and when each was said."""
     hits = [h for h in hits if isinstance(h, dict) and h.get("text")][:QUOTED_MOST]
-    if hits:
+    if hits and not everything:
         floor = CLOSE_TO_BEST * float(hits[0].get("score") or 0.0)
         hits = hits[:1] + [h for h in hits[1:] if float(h.get("score") or 0.0) >= floor]
     shown = {normalize(p) for p in pinned}

@@ -57,7 +57,14 @@ from cortex_pipelines.processes import helper_thread
 from cortex_pipelines.storage import Database, session, turn_vectors, updates, utcnow
 from cortex_pipelines.storage import facts as fact_store
 from cortex_pipelines.storage.health import REPAIR_VECTORS, one_line
-from cortex_pipelines.text import QUESTION, collapse_spaces, never_an_answer, normalize, split_sentences
+from cortex_pipelines.text import (
+    QUESTION,
+    asks_what_is_known,
+    collapse_spaces,
+    never_an_answer,
+    normalize,
+    split_sentences,
+)
 
 log = logging.getLogger(__name__)
 _unreadable_warned: set[str] = set()
@@ -263,6 +270,13 @@ def recall(
             wider = episode_table.text_search(widened, pool, said)
             add_ranked(episodes, wider, config.feedback_weight, config, stemmed(widened))
 
+    everything = asks_what_is_known(query)
+    if everything:
+        add_ranked(facts, fact_table.most_important(pool, active), config.listing_weight, config)
+        newest = _owners_statements(
+            db.run_unchanged(session.inbound_newest, pool * 4), exclude_sources, settings
+        )
+        add_ranked(episodes, newest[:pool], config.listing_weight, config)  # *4: strangers' go
     meta = _fact_signals(db, list(facts))
     exclude_sources = set(exclude_sources) | forgotten  # a forgotten fact's turns are forgotten too
     for turn_id in forgotten.intersection(episodes):
@@ -278,7 +292,7 @@ def recall(
         that_day = _owners_statements(
             db.run_unchanged(session.inbound_between, spans, pool), exclude_sources, settings
         )
-        add_ranked(episodes, that_day, config.said_then_weight, config)
+        add_ranked(episodes, that_day, config.listing_weight, config)
     hits = _fact_keyword_hits(hot, query, pool, config)
     for fact_id, cand in facts.items():
         info = meta.get(fact_id)
@@ -307,7 +321,13 @@ def recall(
                 origin=info["origin"],
             )
         )
-    lifted = with_session(episodes, with_neighbours(episodes, config), config)
+    # A question about everything has no topic: a conversation matching as a whole, or a neighbour,
+    # says nothing (lifted, the oldest day's statements pushed the newest out of the list).
+    lifted = (
+        {turn_id: cand.rrf for turn_id, cand in episodes.items()}
+        if everything
+        else with_session(episodes, with_neighbours(episodes, config), config)
+    )
     for turn_id, fused in lifted.items():
         row = episodes[turn_id].row
         if never_an_answer(row["text"]):
@@ -345,16 +365,21 @@ def recall(
         _changes_first(hits, query, k, settings, embedder, config)
     if owners_only:
         hits = [h for h in hits if h.fact_id is not None or settings.said_by_owner(h.channel or "", h.sender)]
+    if everything:  # what is known now: a statement the user has since updated is history
+        hits = [h for h in hits if h.updated_by is None]
     return _one_hit_per_statement(hits, settings)[:k]
 
 
 def _owners_statements(turns: list[dict], exclude: set[int], settings: Settings) -> list[dict]:
-    """The owner's turns among these, as episode candidates: what a question about what "I" said
-    on a day asks for. Never a stranger's, whoever asks."""
+    """The owner's statements among these turns, as episode candidates: what a question about what
+    "I" said asks for. Never a stranger's, whoever asks, nor a question (never an answer: ranked
+    here, the owner's questions pushed the statements of a list down)."""
     return [
         {**turn, "sources": [turn["id"]], "role": "user", "prev_id": None}
         for turn in turns
-        if turn["id"] not in exclude and settings.said_by_owner(turn["channel"], turn["sender"])
+        if turn["id"] not in exclude
+        and settings.said_by_owner(turn["channel"], turn["sender"])
+        and not never_an_answer(turn["text"])
     ]
 
 

@@ -37,9 +37,11 @@ class RecallConfig:
     # A query naming a day or a month prefers what was said then.
     date_boost: float = 2.0
     # A query naming a past day from today ("what did I tell you yesterday?") adds the owner's
-    # statements of that day as one more ranked list (newest first) with this weight: such a
-    # question shares no word and no meaning with them, and found none of them before.
-    said_then_weight: float = 1.0
+    # statements of that day as one more ranked list (newest first) with this weight; one asking
+    # what is known about the owner ("what do you know about me?") adds the most important facts
+    # and the owner's newest statements. Such a question shares no word and no meaning with what
+    # it asks for, and found none of it before.
+    listing_weight: float = 1.0
     # Each turn gains this share of the top `session_top` scores of its conversation (channel, day).
     session_share: float = 0.35
     session_top: int = 3

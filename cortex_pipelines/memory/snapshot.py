@@ -491,6 +491,17 @@ class Snapshot:
         ids = [vocab.get(tokens[0]) if tokens else None for tokens in tokenize(words, ids=False)]
         return [0 if i is None else int(starts[i + 1] - starts[i]) for i in ids]
 
+    def most_important(self, k: int, mask: np.ndarray) -> list[dict]:
+        """Rows by importance, the newest first among equals: what a question about everything known
+        ("what do you know about me?"), which shares no word or meaning with any of it, is shown."""
+        positions = np.flatnonzero(mask)
+        if not len(positions):
+            return []
+        importance = self.rows.column("importance").fill_null(0).to_numpy(zero_copy_only=False)
+        stated = self.rows.column("stated_at").cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        order = np.lexsort((-stated[positions], -importance[positions]))[:k]
+        return self._rows([int(p) for p in positions[order]], "_importance", importance)
+
     def text_search(self, text: str, k: int, mask: np.ndarray) -> list[dict]:
         """Rows by BM25 over their search text (stemmed, stop words dropped), best first; each says
         how many of the query's distinct words it has (`_words`), which fusion weighs it by."""

@@ -208,19 +208,30 @@ def inbound_since(con, since: datetime, limit: int) -> list[dict]:
     return list(reversed(dict_rows(cur)))
 
 
+# The user role's turns as recall lists them (an id, the text, where, who and when): never a
+# router result (as inbound_since), a forgotten turn or a request to forget.
+_LISTED_INBOUND = (
+    "SELECT id, channel, sender, content AS text, ts AS stated_at FROM session "
+    f"WHERE role = 'user' AND channel <> 'router' AND {NOT_FORGOTTEN}"
+)
+
+
 def inbound_between(con, spans: list[tuple[datetime, datetime]], limit: int) -> list[dict]:
-    """The newest `limit` inbound turns sent within any of the [start, end) spans, newest first;
-    never a router result (as inbound_since), nor a forgotten turn or a request to forget."""
+    """The newest `limit` inbound turns sent within any of the [start, end) spans, newest first (as
+    _LISTED_INBOUND says which)."""
     if not spans:
         return []
     within = " OR ".join("(ts >= ? AND ts < ?)" for _ in spans)
     cur = con.execute(
-        "SELECT id, channel, sender, content AS text, ts AS stated_at FROM session "
-        f"WHERE role = 'user' AND channel <> 'router' AND ({within}) AND {NOT_FORGOTTEN} "
-        "ORDER BY ts DESC, id DESC LIMIT ?",
+        f"{_LISTED_INBOUND} AND ({within}) ORDER BY ts DESC, id DESC LIMIT ?",
         [*(bound for span in spans for bound in span), limit],
     )
     return dict_rows(cur)
+
+
+def inbound_newest(con, limit: int) -> list[dict]:
+    """The newest `limit` inbound turns, newest first (as _LISTED_INBOUND says which)."""
+    return dict_rows(con.execute(f"{_LISTED_INBOUND} ORDER BY ts DESC, id DESC LIMIT ?", [limit]))
 
 
 def turn_counts(con, since: datetime) -> dict[str, int]:

@@ -1,6 +1,8 @@
-"""A question about what the user said on a day counted from today ("What did I tell you
-yesterday?"): such a question shares no word and no meaning with the statements it asks for, so
-recall adds the owner's statements of that day, in the owner's timezone."""
+"""Questions that ask for a list of what the user said rather than about one thing: what they
+said on a day counted from today ("What did I tell you yesterday?"), in their own timezone, and
+everything known of them ("What do you know about me?"). Such a question shares no word and no
+meaning with what it asks for, so recall lists the owner's statements (and, for everything, the
+most important facts): current ones, never another sender's words."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from datetime import date
 import pytest
 
 from cortex_pipelines.memory.dates import past_days
+from cortex_pipelines.text import asks_what_is_known
 from tests.support.cli import cortex
 
 NEW_YORK = {"CORTEX_TIMEZONE": "America/New_York"}
 ASKED_AT = "2026-12-01T02:00:00+00:00"  # Monday 30 November, 21:00 in New York
 SAID = [  # (sent at, channel, sender, text)
+    ("2026-11-28T20:00:00+00:00", "webchat", "user", "I live in Lisbon."),  # Sat 15:00
     (
         "2026-11-29T03:00:00+00:00",
         "webchat",
@@ -31,29 +35,33 @@ SAID = [  # (sent at, channel, sender, text)
         "My sister Ana is visiting next month.",
     ),  # Sun 22:00 there
     ("2026-11-30T15:00:00+00:00", "webchat", "user", "I bought a new bike today."),  # Mon 10:00
+    ("2026-11-30T16:00:00+00:00", "webchat", "user", "I moved to Porto last week."),  # Mon 11:00
 ]
-DENTIST, DUNE, _, _, ANA, BIKE = (text for *_, text in SAID)
+LISBON, DENTIST, DUNE, _, _, ANA, BIKE, PORTO = (text for *_, text in SAID)
 
 
 def _replies(home, questions: list[str]) -> list[str]:
+    """The replies to `questions`, asked after SAID in one batch of files, as connectors drop them."""
     cortex("init", home=home)
-    for sent_at, channel, sender, text in SAID:
-        cortex("--now", sent_at, "send", channel, text, "--sender", sender, home=home)
-    for question in questions:
-        cortex("--now", ASKED_AT, "send", "webchat", question, home=home)
+    asked = [(ASKED_AT, "webchat", "user", question) for question in questions]
+    for n, (sent_at, channel, sender, text) in enumerate(SAID + asked):
+        envelope = {"channel": channel, "sender": sender, "text": text, "timestamp": sent_at}
+        (home / "inbox" / channel).mkdir(parents=True, exist_ok=True)
+        (home / "inbox" / channel / f"{n:02d}.json").write_text(json.dumps(envelope))
     cortex("--now", ASKED_AT, "run", home=home, env=NEW_YORK)  # nothing materialized: the live path
     replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
     return [r["text"] for r in replies][-len(questions) :]
 
 
-def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_path):
+def test_what_the_user_said_yesterday_and_all_that_is_known_are_the_answers(tmp_path):
     home = tmp_path / "home"
-    yesterday, day_before, book = _replies(
+    yesterday, day_before, book, known = _replies(
         home,
         [
             "What did I tell you yesterday?",
             "What did I say the day before yesterday?",
             "Which book did I mention yesterday?",
+            "What do you know about me?",
         ],
     )
     # Sunday in New York: Ana's visit was said at 22:00 there, already Monday in UTC, and the reply
@@ -64,8 +72,13 @@ def test_what_the_user_said_yesterday_is_the_answer_in_their_own_timezone(tmp_pa
     assert DENTIST in day_before, day_before  # 22:00 on Saturday there, Sunday in UTC
     assert DUNE not in day_before and ANA not in day_before, day_before
     assert book.splitlines()[1].startswith(f"- {DUNE}"), book
-    for reply in (yesterday, day_before, book):
-        assert "Mars" not in reply  # what a stranger or another agent said that day is not the user's
+    # Everything known: a list of the owner's statements, not the one closest to "know"; Lisbon is
+    # history since the move to Porto.
+    assert {PORTO, BIKE, ANA, DUNE, DENTIST} == {
+        line[2:].split(" (webchat")[0] for line in known.splitlines()[1:]
+    }
+    for reply in (yesterday, day_before, book, known):
+        assert "Mars" not in reply  # what a stranger or another agent said is not the user's
     asked = ["--now", ASKED_AT, "recall", "what did I tell you yesterday", "--json"]
     hits = json.loads(cortex(*asked, home=home, env=NEW_YORK).stdout)
     assert {hit["text"] for hit in hits[:2]} == {DUNE, ANA}, hits
@@ -102,3 +115,19 @@ MONDAY = date(2026, 11, 30)
 )
 def test_the_past_days_a_question_names(query, days):
     assert past_days(query, MONDAY) == days
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("What do you know about me?", True),
+        ("what else do you remember about me", True),
+        ("What have I told you?", True),
+        ("Tell me about myself", True),
+        ("What have I told you about my sister?", False),  # one thing: searched as usual
+        ("What do you know about Python?", False),
+        ("Do you know where I live?", False),
+    ],
+)
+def test_a_question_about_everything_known_is_told_from_one_about_something(text, asks):
+    assert asks_what_is_known(text) is asks
