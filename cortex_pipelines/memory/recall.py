@@ -12,6 +12,10 @@ marks as a delegated result (`Hit.delegated`), not the owner's words. The search
 reads; a caller that shows the hits calls `note_use` (seed 000: a returned hot fact counts a hit, a
 cold one is promoted, unless it is a delegated result).
 How the signals are weighed is a `RecallConfig` (recall_config.py).
+A question that asks for a list shares no word and no meaning with what it asks for: one about a
+past day ("what did I tell you yesterday?", memory/dates.py) also ranks the owner's statements of
+that day, one about everything known (text.asks_what_is_known) the most important facts and the
+owner's newest statements.
 """
 
 from __future__ import annotations
