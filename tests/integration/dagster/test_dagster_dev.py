@@ -32,6 +32,7 @@ SENSORS = """{ sensorsOrError(repositorySelector: {repositoryName: "__repository
     ... on Sensors { results { name sensorState { status } } } } }"""
 
 
+@pytest.mark.soak
 def test_cortex_dev_picks_up_a_send_and_stops_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("CORTEX_BRAIN_LINGER_SECONDS", "2")  # the run ends soon after its answer
     home = tmp_path / "home"

@@ -125,8 +125,9 @@ def _first_memory_answered(home, question: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize(
     "together",
-    [pytest.param(False, id="answered-between", marks=pytest.mark.soak), pytest.param(True, id="one-batch")],
+    [pytest.param(False, id="answered-between"), pytest.param(True, id="one-batch")],
 )
+@pytest.mark.soak
 def test_a_change_of_one_part_of_a_sentence_leaves_the_other_part_current(tmp_path, together):
     """A move after "I live in Lisbon and my locker code is 4471": the offline extraction drew one
     fact from the sentence, and the move closed all of it, so the locker code left the bulletin and
@@ -198,6 +199,7 @@ def test_a_statement_said_again_after_a_change_is_current_again(tmp_path, togeth
     assert "updated_by" in lisbon and newest and "updated_by" not in newest[0], hits
 
 
+@pytest.mark.soak
 def test_a_return_to_an_earlier_value_in_other_words_is_current_again_and_a_visit_is_not(tmp_path):
     """ "I live in Lisbon.", "I moved to Porto last week.", then "Porto didn't work out, I'm living in
     Lisbon again.": said with no change word and in other words than the first time, it linked
@@ -232,6 +234,7 @@ def _the_job_told_first_and_google_as_history(home, change: str, says: str) -> N
     assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
 
 
+@pytest.mark.soak
 def test_quitting_what_the_user_named_before_ends_it_and_a_relatives_quitting_does_not(tmp_path):
     """ "I work at Google as a data engineer.", then "I quit Google last week, taking a break before
     the next thing.": the two share little but the name (cosine 0.34, under the strict threshold),
@@ -524,6 +527,7 @@ def test_cortex_recall_answers_the_newer_medication_first_when_the_write_time_ch
     )
 
 
+@pytest.mark.soak
 def test_news_of_family_and_friends_is_theirs_and_a_correction_is_answered_first(tmp_path):
     """ "My parents just moved to Malaga" is the parents' news: "where do I live?" still answers
     Edinburgh, unmarked, and the parents' old home is what it updates. A chat-style change with no
@@ -920,6 +924,7 @@ def test_a_statement_that_updated_a_fact_is_a_fact_of_its_kind():
     )
 
 
+@pytest.mark.soak
 @pytest.mark.slow
 def test_a_plan_or_a_person_the_user_told_about_is_answered_with_its_latest_state(tmp_path):
     """A change of something or someone else the user tells about supersedes what they had said of
