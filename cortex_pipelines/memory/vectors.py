@@ -181,8 +181,9 @@ class VectorStore:
     def latest_version(self, name: str) -> int | None:
         """The table's latest committed version, from the names of its manifests (Lance commits a
         version by writing `_versions/<n>.manifest`, n = 2^64 - 1 - version, or n = version in the
-        older naming), without importing lancedb: ~0.6 CPU-s, the largest part of a `cortex recall`
-        and of the checks every `cortex run` makes. None when there are no such names."""
+        older naming), without importing lancedb: ~0.6 CPU-s, the largest part of a `cortex recall`,
+        `status` or `forget` (a `cortex run` imports it anyway: its memory assets write the tables).
+        None when there are no such names."""
         try:
             names = os.listdir(self.path / f"{name}.lance" / "_versions")
         except OSError:
