@@ -16,7 +16,7 @@ other process (ATTACH and DETACH ~2 ms), so the brain does its reads for a messa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta, tzinfo
+from datetime import UTC, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines import clock
@@ -167,12 +167,14 @@ def _fit(blocks: list[str], chars: int) -> list[str]:
 def _header(settings: Settings, turn: Turn) -> str:
     """A stranger's or a router result's header says so (a schedule's firing is the owner's), and no
     "]" in their sender ends it early: otherwise their turn read like the owner's, who gets the
-    memory tools."""
+    memory tools. Its time is the owner's local time, as the floor's "Now" is: in UTC, a New York
+    evening's message read as the next day's."""
     if settings.speaks_for_owner(turn.channel, turn.sender):
         who = turn.sender or "unknown"
     else:
         who = _not_the_owner(turn.sender).replace("]", "\\]")
-    return f"[{turn.channel} · {who} · {turn.ts:%Y-%m-%d %H:%M}]"
+    local = turn.ts.replace(tzinfo=UTC).astimezone(ZoneInfo(settings.timezone))
+    return f"[{turn.channel} · {who} · {local:%Y-%m-%d %H:%M}]"
 
 
 def _headed(settings: Settings, turn: Turn) -> str:

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import duckdb
@@ -382,10 +382,12 @@ class Brain:
             return []
         query = recall_query(msg.text)
         try:
-            hits = self._owners_memories(query, {context.session_id, *context.foreground_ids}, query_vector)
+            hits = self._owners_memories(
+                query, {context.session_id, *context.foreground_ids}, query_vector, msg.sent_at
+            )
             context.add_recalled(hits, self.settings.recall_context_tokens, ZoneInfo(self.settings.timezone))
             if not self.llm.reads_conversation:
-                hits = self._owners_memories(query, {context.session_id}, query_vector)
+                hits = self._owners_memories(query, {context.session_id}, query_vector, msg.sent_at)
         except (OSError, RuntimeError, ValueError) as exc:  # an embedder that cannot load or run
             self.log(f"message {msg.id} answered without recalled memories ({exc})")
             return []
@@ -403,7 +405,9 @@ class Brain:
             op for op in _past_deadline(context) if op.get("expected_channel") == where or op["id"] == notice
         ]
 
-    def _owners_memories(self, query: str, exclude: set[int], query_vector: np.ndarray | None) -> list[Hit]:
+    def _owners_memories(
+        self, query: str, exclude: set[int], query_vector: np.ndarray | None, asked_at: datetime
+    ) -> list[Hit]:
         # A stranger's words are theirs, never "what the user said before": left out before the top k
         # is cut, so that a group chat's lines take none of the owner's places.
         return recall(
@@ -414,6 +418,7 @@ class Brain:
             exclude_sources=exclude,
             query_vector=query_vector,
             owners_only=True,
+            asked_at=asked_at,
         )
 
     def _note_update(self, msg: BusMessage, session_id: int) -> None:

@@ -325,7 +325,14 @@ class ToolRunner:
     def _memory_query(self, args: MemoryQueryInput) -> list[dict[str, Any]]:
         """Hits with whether the owner said them: another sender's turn is theirs, not the user's,
         and a delegated task's result (a fact of origin `op_harvest`) another agent's."""
-        hits = recall(self.db, self.settings, args.query, k=args.limit, exclude_sources={self.session_id})
+        hits = recall(
+            self.db,
+            self.settings,
+            args.query,
+            k=args.limit,
+            exclude_sources={self.session_id},
+            asked_at=self.message.sent_at,
+        )
         note_use(self.db, self.settings, hits)
         return [
             {

@@ -204,10 +204,13 @@ def recall(
     query_vector: np.ndarray | None = None,
     config: RecallConfig | None = None,
     owners_only: bool = False,
+    asked_at: datetime | None = None,
 ) -> list[Hit]:
     """The top-k memories for a query, each with its source message ids (`query_vector`: the
     query's embedding when the caller already has it; `config`: the instance's preset unless
-    given; `owners_only`: facts and the owner's own turns, no other sender's). Reads only:
+    given; `owners_only`: facts and the owner's own turns, no other sender's; `asked_at`: when the
+    question was sent, naive UTC, which "yesterday" counts from; now unless given: a message
+    answered the morning after it was sent asks about the day before it was sent). Reads only:
     `note_use` counts the hits a caller shows."""
     query = query.strip()
     if not query:
@@ -291,7 +294,8 @@ def recall(
         exclude_sources |= _strangers_turns(recent, settings)
     episodes |= tail.candidates(recent, recent_vectors, qvec, query, set(exclude_sources), pool, config)
     zone = ZoneInfo(settings.timezone)
-    spans = tuple(utc_spans(past_days(query, clock.now().astimezone(zone).date()), zone))
+    asked = asked_at.replace(tzinfo=UTC) if asked_at else clock.now()
+    spans = tuple(utc_spans(past_days(query, asked.astimezone(zone).date()), zone))
     if spans:
         that_day = _owners_statements(
             db.run_unchanged(session.inbound_between, spans, pool), exclude_sources, settings

@@ -1,5 +1,5 @@
 """Questions that ask for a list of what the user said rather than about one thing: what they
-said on a day counted from today ("What did I tell you yesterday?"), in their own timezone, and
+said on a day counted from the day they asked ("What did I tell you yesterday?"), in their own timezone, and
 everything known of them ("What do you know about me?"). Such a question shares no word and no
 meaning with what it asks for, so recall lists the owner's statements (and, for everything, the
 most important facts): current ones, never another sender's words."""
@@ -17,6 +17,7 @@ from tests.support.cli import cortex
 
 NEW_YORK = {"CORTEX_TIMEZONE": "America/New_York"}
 ASKED_AT = "2026-12-01T02:00:00+00:00"  # Monday 30 November, 21:00 in New York
+ANSWERED_AT = "2026-12-01T14:00:00+00:00"  # Tuesday, 09:00 there: the machine was off overnight
 SAID = [  # (sent at, channel, sender, text)
     ("2026-11-28T20:00:00+00:00", "webchat", "user", "I live in Lisbon."),  # Sat 15:00
     (
@@ -48,7 +49,9 @@ def _replies(home, questions: list[str]) -> list[str]:
         envelope = {"channel": channel, "sender": sender, "text": text, "timestamp": sent_at}
         (home / "inbox" / channel).mkdir(parents=True, exist_ok=True)
         (home / "inbox" / channel / f"{n:02d}.json").write_text(json.dumps(envelope))
-    cortex("--now", ASKED_AT, "run", home=home, env=NEW_YORK)  # nothing materialized: the live path
+    # Nothing materialized before the answers: the live path. "Yesterday" counts from when the
+    # question was sent, not from when it is answered.
+    cortex("--now", ANSWERED_AT, "run", home=home, env=NEW_YORK)
     replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
     return [r["text"] for r in replies][-len(questions) :]
 

@@ -511,6 +511,9 @@ def test_the_model_knows_the_users_time_to_schedule_by(tmp_path, monkeypatch):
     Brain(db, berlin, llm).drain()
     assert "Now: Monday 2026-03-30 09:00 (Europe/Berlin)." in llm.requests[0].system
     assert llm.requests[0].hints["now"].startswith("2026-03-30T09:00:00+02:00")
+    # The message's own header tells the same time: in UTC (07:00) it read as two hours before "Now".
+    said = llm.requests[0].messages[-1]["content"]
+    assert said.startswith("[webchat · maya · 2026-03-30 09:00] remind me at 9"), said
 
 
 def test_every_tool_name_is_one_the_messages_api_accepts():
