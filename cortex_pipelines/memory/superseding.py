@@ -22,6 +22,7 @@ from cortex_pipelines.memory.updates import (
     announces_change,
     changed_subject,
     facts_about,
+    left_names,
     returned_to,
     subject_of,
     superseded_statement,
@@ -49,7 +50,7 @@ def link_update(
     config = preset(settings.recall_preset)
     if restated := _restated_statements(db, embedder, config, text, session_id, said_by):
         return _restate(db, embedder, settings, restated, session_id, said_by[0], config.update_fact_margin)
-    if not announces_change(text) and not changed_subject(text):
+    if not announces_change(text) and not changed_subject(text) and not left_names(text):
         return None
     found = recall(db, settings, subject_of(text), k=config.update_candidates, exclude_sources={session_id})
     found += _statements_naming_the_same(db, text, session_id, found, config.update_attribute_candidates)

@@ -91,7 +91,7 @@ OPENS_WITH_CHANGE = re.compile(
 # Or about someone the user told about, by name, as the sentence's subject ("Anna moved to
 # Bristol"): then only an earlier statement naming them can be updated.
 NAMED_CHANGE = re.compile(
-    rf"^\W*(?!(?:It|He|She|They|This|That|There|Here|What|Who|You)\b)(?!(?i:{OPENERS})\b)([A-Z][\w-]+)"
+    rf"^\W*(?!(?:It|He|She|We|They|This|That|There|Here|What|Who|You)\b)(?!(?i:{OPENERS})\b)([A-Z][\w-]+)"
     r"(?:(?:'s| has| is)?\s+(?:just\s+|now\s+)?"
     r"(?:moved|switched|changed|started|joined|quit|left|sold|became|got)\b"
     # or where they are, said to be new, with "he" or "she" to say it is a person: "Tom's at Spotify
@@ -397,6 +397,16 @@ ENDS = re.compile(
 )
 _NAME = re.compile(r"\b(?!I\b|I['’])[A-Z][\w&'’-]+")
 
+# "I left Google last month": leaving a name, with nothing said of what came next. "Left" is in far
+# more sentences that end nothing ("I left my keys at work", "Left Paris this morning"), so such a
+# statement ends only one that says the user works at or for that name (`works_at`).
+LEFT_NAME = re.compile(
+    r"\b(?:I|we)(?:['’]ve| have)?(?: just| \w+ly)? left (?P<name>(?-i:[A-Z])[\w&-]*+)(?!['’])", re.I
+)
+# Where a statement says the user works: "I work at Google", "I'm a senior engineer at Google",
+# "My employer is Google"; not "I work in Paris", nor a colleague's job ("My boss Ben works at …").
+_AT_NAME = r"\b(?:at|for|with|by|is)\s+(?:\w+\s+)?{name}\b"
+
 
 def _names(sentence: str) -> set[str]:
     """The capitalized words of a sentence past its first word ("VW", "Golf"): names, in lower case."""
@@ -407,6 +417,21 @@ def _names(sentence: str) -> set[str]:
 def ended_names(text: str) -> set[str]:
     """The names in the sentences of a statement that end something ("I quit Google": google)."""
     return {name for s in split_sentences(text) if ENDS.search(s) for name in _names(s)}
+
+
+def left_names(text: str) -> set[str]:
+    """The names a statement says the user left ("I left Google last month": google)."""
+    return {m["name"].lower() for s in split_sentences(text) for m in LEFT_NAME.finditer(s)}
+
+
+def works_at(names: set[str], text: str) -> bool:
+    """Whether a statement says the user works at or for one of `names` (in lower case)."""
+    return any(
+        "work" in attributes_of(s)
+        and RELATION_SUBJECT.match(s) is None
+        and any(re.search(_AT_NAME.format(name=re.escape(name)), s, re.I) for name in names)
+        for s in split_sentences(text)
+    )
 
 
 def names_in(text: str) -> set[str]:
@@ -464,7 +489,8 @@ def superseded_statement(
     `restatement`, so may a statement that says no change ("Rui's lessons are 45 euros an hour"); a
     plan it moves to another time may be one the user told in the first person (`moves_plan_of`).
     A change of the user's own that ends something counts a name in common as an attribute in
-    common (`ended_names`: "I quit Google", "I work at Google"). Returns its session ids and the
+    common (`ended_names`: "I quit Google", "I work at Google"); one that only says the user left a
+    name ("I left Google") supersedes only a statement that they work there. Returns its session ids and the
     cosine."""
     subject, ended = Subject(), set()
     if same_subject_min_cosine is not None and not announces_change(new_text):
@@ -499,6 +525,9 @@ def superseded_statement(
     else:  # and the user's own change never supersedes news of someone else ("Tom's at Spotify now")
         earlier = [m for m in earlier if changed_person(m.text) is None]
         ended = ended_names(new_text)
+        if not announces_change(new_text) and (left := left_names(new_text)):
+            earlier = [m for m in earlier if works_at(left, m.text)]  # "I left Google": the job ends
+            ended = left
     if not earlier:
         return None
     vectors = encode([subject_of(new_text), *(subject_of(m.text) for m in earlier)])

@@ -276,6 +276,64 @@ def test_leaving_an_employer_for_another_ends_the_old_job_and_a_trip_leaves_home
     assert "updated_by" not in paris, hits
 
 
+def test_leaving_an_employer_with_nothing_next_ends_the_job_and_leaving_a_city_ends_no_home(tmp_path):
+    """ "I work at Google as a data engineer.", then "I left Google last month.": "left" was no change
+    word (it ends nothing in "I left my keys at work"), so "where do I work?" was answered with
+    Google as the current job. Leaving a city on a trip still leaves home where it was. Files as a
+    connector drops them, answered in one `cortex run` with nothing materialized before."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    said = [
+        ("2026-11-01T09:00:00+00:00", "I work at Google as a data engineer."),
+        ("2026-11-01T09:01:00+00:00", "I live in Paris with my partner."),
+        ("2026-11-20T08:00:00+00:00", "I left Paris this morning, off to Lyon for the weekend."),
+        ("2026-11-20T08:01:00+00:00", "I left Google last month."),
+        ("2026-11-20T08:02:00+00:00", "Where do I work?"),
+    ]
+    (home / "inbox" / "webchat").mkdir(parents=True)
+    for n, (at, text) in enumerate(said):
+        envelope = {"channel": "webchat", "sender": "user", "text": text, "timestamp": at}
+        (home / "inbox" / "webchat" / f"{n}.json").write_text(json.dumps(envelope))
+    cortex("--now", "2026-11-20T08:03:00+00:00", "run", home=home)
+    answer = _json(cortex("outbox", "--json", home=home))[-1]["text"]
+    assert answer.splitlines()[1].startswith("- I left Google last month."), answer
+    assert "I work at Google as a data engineer. (webchat" in answer and "since updated" in answer, answer
+    asked = ["--now", "2026-11-20T08:04:00+00:00", "recall", "where do I live", "--json"]
+    hits = _json(cortex(*asked, home=home))
+    (paris,) = [h for h in hits if "I live in Paris" in h["text"]]
+    assert "updated_by" not in paris, hits
+
+
+@pytest.mark.parametrize(
+    ("said", "earlier", "ends"),
+    [
+        ("I left Google last month.", "I work at Google as a data engineer.", True),
+        ("I've finally left Deloitte.", "I'm a senior consultant at Deloitte.", True),
+        ("We just left Acme.", "My employer is Acme.", True),
+        # a place left on a trip, an errand, a colleague's job: no ending
+        ("I left Paris this morning.", "I live in Paris.", False),
+        ("I left Paris this morning.", "I work in Paris.", False),
+        ("I left Google's office at six.", "I work at Google as a data engineer.", False),
+        ("I left my laptop at work.", "I work at Google as a data engineer.", False),
+        ("I left Google last month.", "My colleague Ben works at Google.", False),
+    ],
+)
+def test_which_statements_leaving_a_name_ends(said, earlier, ends):
+    config = RecallConfig()
+    owner = lambda channel, sender: sender == "user"  # noqa: E731
+    found = [Found(earlier, [1])]
+    old = superseded_statement(
+        said,
+        9,
+        found,
+        owner,
+        embedder_for(load_settings()).encode,
+        config.update_min_cosine,
+        config.update_same_attribute_min_cosine,
+    )
+    assert (old is not None and old[0] == [1]) is ends
+
+
 @pytest.mark.parametrize(
     ("text", "ended"),
     [
