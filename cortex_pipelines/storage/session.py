@@ -257,9 +257,11 @@ def count_after(con, after_id: int) -> int:
 
 
 def inbound_after(con, after_id: int) -> list[tuple]:
-    """Inbound turns after a cursor, oldest first: (id, channel, sender, content, ts)."""
+    """Inbound turns after a cursor, oldest first: (id, channel, sender, content, ts); never a
+    forgotten turn or a request to forget."""
     return con.execute(
-        "SELECT id, channel, sender, content, ts FROM session WHERE role = 'user' AND id > ? ORDER BY id",
+        "SELECT id, channel, sender, content, ts FROM session "
+        f"WHERE role = 'user' AND id > ? AND {NOT_FORGOTTEN} ORDER BY id",
         [after_id],
     ).fetchall()
 
@@ -286,12 +288,13 @@ def replies_after(con, after_id: int) -> list[str]:
 
 def inbound_last_week(con, skip_channels: list[str]) -> list[tuple]:
     """Inbound turns of the seven days up to the newest one, oldest first:
-    (id, channel, sender, content, ts)."""
+    (id, channel, sender, content, ts); never a forgotten turn or a request to forget, which no
+    observation may count or cite."""
     return con.execute(
         "WITH last AS (SELECT max(ts) AS newest FROM session WHERE role = 'user') "
         "SELECT id, channel, sender, content, ts FROM session, last "
         "WHERE role = 'user' AND channel NOT IN (SELECT unnest(?)) AND ts > newest - INTERVAL 7 DAY "
-        "ORDER BY id",
+        f"AND {NOT_FORGOTTEN} ORDER BY id",
         [skip_channels],
     ).fetchall()
 

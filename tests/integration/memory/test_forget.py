@@ -190,6 +190,32 @@ def test_forgetting_an_observation_leaves_the_messages_it_was_seen_in(tmp_path):
     assert all(h.get("fact_id") != observation for h in observed)
 
 
+@pytest.mark.slow
+def test_a_forgotten_message_is_no_evidence_for_a_later_observation(tmp_path):
+    """ "My wife is called Priya." forgotten, then Priya named on two more days: the week's third
+    day was the forgotten message, so "The user keeps coming back to Priya" was observed, citing
+    it, in recall and the bulletin."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    (home / "inbox" / "webchat").mkdir(parents=True)
+
+    def said(name: str, at: str, text: str) -> None:
+        envelope = {"channel": "webchat", "sender": "user", "text": text, "timestamp": at}
+        (home / "inbox" / "webchat" / f"{name}.json").write_text(json.dumps(envelope))
+
+    said("1", "2026-11-16T09:00:00+00:00", "My wife is called Priya.")
+    said("2", "2026-11-17T09:00:00+00:00", "Priya loves the opera.")
+    cortex("--now", "2026-11-17T09:05:00+00:00", "run", home=home)
+    hits = _json(cortex("--now", "2026-11-17T09:06:00+00:00", "recall", "wife", "--json", home=home))
+    (wife,) = [h for h in hits if h["text"] == "My wife is called Priya." and h.get("fact_id")]
+    cortex("forget", str(wife["fact_id"]), home=home)
+    said("3", "2026-11-18T09:00:00+00:00", "Priya is flying to Delhi on Friday.")
+    cortex("--now", "2026-11-18T09:05:00+00:00", "run", home=home)
+    hits = _json(cortex("--now", "2026-11-18T09:06:00+00:00", "recall", "Priya", "--json", home=home))
+    assert hits and not any(set(wife["sources"]) & set(h["sources"]) for h in hits), hits
+    assert "keeps coming back" not in (home / "out" / "memory_bulletin.md").read_text()
+
+
 LOCKER_SAID = "Remember that my locker code is 4471-QX at the Alvalade gym."
 ASKED = "What is my locker code?"
 
