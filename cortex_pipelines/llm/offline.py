@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
+from cortex_pipelines.memory.dates import past_days
 from cortex_pipelines.memory.fusion import stemmed
 from cortex_pipelines.proactive import english, schedules
 from cortex_pipelines.storage.facts import OP_HARVEST
@@ -137,6 +138,8 @@ class OfflineClient:
             # A stranger's "Forget about it, let's go" is no request to the owner's memory.
             return _reply(request, _CANNOT_FORGET if request.tools else _OWNER_FORGETS)
         asked = asks(text)
+        if asked and request.tools and (days := _past_days_asked(text, hints)):
+            return _reply(request, _answer_days(hints.get("recalled") or [], days))
         pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []
         if asked and (hints.get("recalled") or pinned):  # the context's recalled memories and pins
             return _reply(request, _answer(hints.get("recalled") or [], pinned, asks_what_is_known(text)))
@@ -336,6 +339,25 @@ def _answer(hits: list, pinned: list[str] = (), everything: bool = False) -> str
     if not lines:
         return "I don't have anything on that yet."
     return "\n".join(["Here's what I have:", *lines])
+
+
+def _past_days_asked(text: str, hints: dict) -> list[date]:
+    """The past days a question names, counted from the owner's date when it was sent."""
+    sent = datetime.fromisoformat(str(hints.get("sent_at") or hints["now"]))
+    return past_days(text, sent.astimezone(ZoneInfo(str(hints.get("timezone") or "UTC"))).date())
+
+
+def _answer_days(hits: list, days: list[date]) -> str:
+    """Every recalled statement said on the days asked about, in recall's order (the closest in
+    meaning alone had left most of a day out), or that the owner said nothing then: an older day's
+    statement is no answer to "what did I tell you yesterday?"."""
+    asked = {d.isoformat() for d in days}
+    said = [h for h in hits if isinstance(h, dict) and h.get("text") and h.get("date") in asked]
+    if not said:
+        first, last = min(days), max(days)
+        when = f"on {first:%A %-d %B}" if first == last else f"from {first:%-d %B} to {last:%-d %B}"
+        return f"You didn't tell me anything {when}, as far as I have it."
+    return "\n".join(["Here's what you told me then:", *(f"- {_quote(h)}" for h in said)])
 
 
 def _quote(hit: dict) -> str:

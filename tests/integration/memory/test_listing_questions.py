@@ -58,13 +58,14 @@ def _replies(home, questions: list[str]) -> list[str]:
 
 def test_what_the_user_said_yesterday_and_all_that_is_known_are_the_answers(tmp_path):
     home = tmp_path / "home"
-    yesterday, day_before, book, known = _replies(
+    yesterday, day_before, book, known, friday = _replies(
         home,
         [
             "What did I tell you yesterday?",
             "What did I say the day before yesterday?",
             "Which book did I mention yesterday?",
             "What do you know about me?",
+            "What did I tell you three days ago?",
         ],
     )
     # Sunday in New York: Ana's visit was said at 22:00 there, already Monday in UTC, and the reply
@@ -72,7 +73,10 @@ def test_what_the_user_said_yesterday_and_all_that_is_known_are_the_answers(tmp_
     assert DUNE in yesterday and f"{ANA} (webchat, 2026-11-29;" in yesterday, yesterday
     for other_day in (DENTIST, BIKE):
         assert other_day not in yesterday, yesterday
-    assert DENTIST in day_before, day_before  # 22:00 on Saturday there, Sunday in UTC
+    # every statement of that day (22:00 on Saturday there is Sunday in UTC), a since-updated one too
+    assert DENTIST in day_before and f"{LISBON} (webchat, 2026-11-28; msg 1; since updated" in day_before
+    # a day the owner said nothing on is no day to quote another day's statements for
+    assert friday == "You didn't tell me anything on Friday 27 November, as far as I have it.", friday
     assert DUNE not in day_before and ANA not in day_before, day_before
     assert book.splitlines()[1].startswith(f"- {DUNE}"), book
     # Everything known: a list of the owner's statements, not the one closest to "know"; Lisbon is
