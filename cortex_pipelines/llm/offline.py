@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from cortex_pipelines.llm.base import LLMRequest, LLMResponse, ToolCall, estimate_tokens
 from cortex_pipelines.memory.dates import past_days
 from cortex_pipelines.memory.fusion import stemmed
+from cortex_pipelines.memory.updates import RELATIONS
 from cortex_pipelines.proactive import english, schedules
 from cortex_pipelines.storage.facts import OP_HARVEST
 from cortex_pipelines.text import (
@@ -142,7 +143,8 @@ class OfflineClient:
             return _reply(request, _answer_days(hints.get("recalled") or [], days))
         pinned = _pins_asked_for(text, hints.get("pinned") or []) if asked else []
         if asked and (hints.get("recalled") or pinned):  # the context's recalled memories and pins
-            return _reply(request, _answer(hints.get("recalled") or [], pinned, asks_what_is_known(text)))
+            recalled = _about_whom_asked(text, hints.get("recalled") or [])
+            return _reply(request, _answer(recalled, pinned, asks_what_is_known(text)))
         if asked and "memory_query" in tools:
             return _tool(request, "memory_query", {"query": text.strip(), "limit": 5})
         greeting = _GREETING.match(text)
@@ -190,7 +192,7 @@ class OfflineClient:
             elif name.startswith("schedule_") and payload is None:
                 lines.append(f"I couldn't do that: {content}")
             elif name == "memory_query" and isinstance(payload, list):
-                lines.append(_answer(payload))
+                lines.append(_answer(_about_whom_asked(text, payload)))
         return _reply(request, "\n".join(lines) or "Noted.")
 
 
@@ -324,6 +326,31 @@ def _pins_asked_for(text: str, pins: list[str]) -> list[str]:
         return []
     need = min(2, len(asked) / 2)
     return [p for p in pins if len(asked & stemmed(p)) >= need]
+
+
+# A question about someone by name, as its subject: "What is Tom allergic to?", "Where does Kenji
+# work?", "When is Anna's birthday?", "Is Tom vegetarian?", "What's Priya's number?".
+_ABOUT_SOMEONE = re.compile(
+    r"^\W*(?:(?:(?:what|where|when|who|how|which|why)\b(?:\s+\w+){0,3}?\s+)?"
+    r"(?:is|are|was|were|does|did|has|have|can|will|would|should)|(?:what|where|when|who|how)['’]s)"
+    r"\s+(?P<name>[A-Z][a-z][\w-]*)",
+    re.I,
+)
+
+
+def _about_whom_asked(question: str, hits: list) -> list:
+    """For a question about someone by name, the memories that name them or that they said: the
+    owner's "I'm allergic to penicillin" answered "What is Tom allergic to?" as if it were Tom's."""
+    match = _ABOUT_SOMEONE.match(question)
+    if match is None or not match["name"][0].isupper() or re.fullmatch(RELATIONS, match["name"], re.I):
+        return hits  # "Mum" is also "my mother"
+    name = match["name"].lower()
+    named = re.compile(rf"\b{re.escape(name)}\b", re.I)
+    return [
+        h
+        for h in hits
+        if isinstance(h, dict) and (named.search(str(h.get("text"))) or str(h.get("sender")).lower() == name)
+    ]
 
 
 def _answer(hits: list, pinned: list[str] = (), everything: bool = False) -> str:

@@ -267,3 +267,33 @@ def test_narrative_and_bootstrap_attribute_strangers_and_their_ops(tmp_path):
     told = boot[boot.index("## Narrative") :]
     assert "telegram · mallory (not the owner): My name is Mallory" in told, told
     assert "telegram: My name is Mallory" not in boot
+
+
+def test_a_question_about_someone_by_name_is_not_answered_with_the_owners_own_memories(tmp_path):
+    """ "What is Tom allergic to?", Tom being someone in a group chat: the offline reply quoted the
+    owner's "I'm allergic to penicillin." as the answer (found by a probe of the live loop). A
+    memory naming the person still answers ("When is Anna's birthday?"), and "Mum" may be "my
+    mother". Files as connectors drop them, answered in one `cortex run`."""
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    said = [
+        ("webchat", "user", "2026-11-10T09:00:00+00:00", "I'm allergic to penicillin."),
+        ("webchat", "user", "2026-11-10T09:01:00+00:00", "My sister Anna's birthday is on 5 May."),
+        ("webchat", "user", "2026-11-10T09:02:00+00:00", "My mother's hip operation is on 3 March."),
+        ("whatsapp", "tom", "2026-11-11T12:00:00+00:00", "I am allergic to peanuts."),
+        ("webchat", "user", "2026-11-12T09:00:00+00:00", "What is Tom allergic to?"),
+        ("webchat", "user", "2026-11-12T09:01:00+00:00", "When is Anna's birthday?"),
+        ("webchat", "user", "2026-11-12T09:02:00+00:00", "When is Mum having her hip operation?"),
+    ]
+    for n, (channel, sender, at, words) in enumerate(said):
+        envelope = {"channel": channel, "sender": sender, "text": words, "timestamp": at}
+        if channel == "whatsapp":
+            envelope["metadata"] = {"chat_id": "family-group"}
+        (home / "inbox" / channel).mkdir(parents=True, exist_ok=True)
+        (home / "inbox" / channel / f"{n}.json").write_text(json.dumps(envelope))
+    cortex("--now", "2026-11-12T09:03:00+00:00", "run", home=home)
+    replies = json.loads(cortex("outbox", "webchat", "--json", home=home).stdout)
+    tom, anna, mum = [reply["text"] for reply in replies][-3:]
+    assert "penicillin" not in tom, tom
+    assert anna.splitlines()[1].startswith("- My sister Anna's birthday is on 5 May."), anna
+    assert "hip operation is on 3 March" in mum, mum
