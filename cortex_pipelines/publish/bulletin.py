@@ -53,7 +53,8 @@ def render_typed(rows: list[dict], max_words: int) -> str:
         as_of = max((r["stated_at"] for r in rows), default=None)
         out = ["# Memory Bulletin", ""]
         out.append(
-            f"_Typed from {len(rows)} active memories, as of {as_of:%Y-%m-%d %H:%M} UTC._"
+            f"_Typed from {len(rows)} active {'memory' if len(rows) == 1 else 'memories'}, "
+            f"as of {as_of:%Y-%m-%d %H:%M} UTC._"
             if as_of
             else "_No memories yet._"
         )
