@@ -24,8 +24,11 @@ from cortex_pipelines.text import (
     asks_what_is_known,
     collapse_spaces,
     first_words,
+    is_question,
     normalize,
     only_asks_to_forget,
+    split_sentences,
+    stated_part,
 )
 
 _THANKS = re.compile(r"^\s*(thanks|thank you|thx|ok(ay)?|cool|great|perfect|got it|👍)[\s!.]*$", re.I)
@@ -387,8 +390,15 @@ def _answer_days(hits: list, days: list[date]) -> str:
     return "\n".join(["Here's what you told me then:", *(f"- {_quote(h)}" for h in said)])
 
 
+def _stated(text: str) -> str:
+    """What a message states, without what it asks: "I need a blood transfusion, what's my type?"
+    is a memory for what it tells, and quoted whole it read as the user's question answered back."""
+    said = [stated_part(s) or s for s in split_sentences(text)]
+    return " ".join(s for s in said if not is_question(s)) or text
+
+
 def _quote(hit: dict) -> str:
-    text = " ".join(str(hit["text"]).split())
+    text = " ".join(_stated(str(hit["text"])).split())
     if len(text) > 240:
         text = text[:237] + "..."
     if hit.get("origin") == OP_HARVEST:  # another agent's text, never presented as the user's

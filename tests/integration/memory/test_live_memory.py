@@ -79,6 +79,26 @@ def test_a_paraphrase_said_a_minute_ago_is_in_the_reply_of_the_same_cortex_run(t
             assert other not in reply, (question, reply)
 
 
+def test_a_message_that_tells_and_asks_is_quoted_for_what_it_tells(tmp_path):
+    """ "I need a blood transfusion, what's my type?" is a memory for what it tells, but the offline
+    reply quoted it whole, and read as the user's own question answered back (found by a probe of
+    the live loop). One batch, as a connector drops it, and one `cortex run`."""
+    home = tmp_path / "home"
+    said = ["We just moved to 22 Harbour Road, can you update my address?", "good morning"]
+    folder = home / "inbox" / "webchat"
+    folder.mkdir(parents=True)
+    (folder / "batch.jsonl").write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "user", "text": text}) + "\n"
+            for text in [*said, "What is my home address?"]
+        )
+    )
+    cortex("run", home=home)
+    reply = json.loads(cortex("outbox", "--json", home=home).stdout)[-1]["text"]
+    assert reply.splitlines()[1].startswith("- We just moved to 22 Harbour Road (webchat"), reply
+    assert "?" not in reply, reply
+
+
 @pytest.mark.slow
 def test_the_offline_reply_answers_from_what_the_foreground_holds(tmp_path):
     """The offline provider reads no conversation: it answers from recalled memories, which must
