@@ -237,9 +237,13 @@ def _quoting_exchanges(con, text: str, sources: list[int]) -> tuple[list[int], l
 
 
 def active_drawn_from(con, session_id: int) -> list[int]:
-    """The active facts drawn from a turn."""
+    """The active facts drawn from a turn. Not an observation that counts it ("usually active
+    between 09:00 and 11:00"): a pattern, not what it said, and pointing the user at forgetting
+    one left the message answerable."""
     rows = con.execute(
-        "SELECT id FROM facts WHERE status = 'active' AND list_contains(sources, ?) ORDER BY id", [session_id]
+        "SELECT id FROM facts WHERE status = 'active' AND list_contains(sources, ?) "
+        "AND origin IS DISTINCT FROM 'observation' ORDER BY id",
+        [session_id],
     ).fetchall()
     return [r[0] for r in rows]
 

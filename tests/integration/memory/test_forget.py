@@ -191,6 +191,43 @@ def test_forgetting_an_observation_leaves_the_messages_it_was_seen_in(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_message_an_observation_counts_can_still_be_forgotten(tmp_path):
+    """`cortex forget --turn N` refused a message that "The user is usually active between 09:00
+    and 11:00" counted, naming the observation as its fact; forgetting that, as told, left the
+    phone number answerable (found by a probe of the live loop)."""
+    now = datetime.now(UTC)
+    said = [f"Day {day}: we booked the Kyoto trip." for day in (3, 2, 1)]
+    said += ["My new mobile number is 07700 900123.", "I prefer window seats.", "Jo lives in Glasgow."]
+    batch = tmp_path / "week.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps({"channel": "webchat", "sender": "maya", "text": text, "timestamp": at.isoformat()})
+            + "\n"
+            for n, text in enumerate(said)
+            for at in [now - timedelta(days=3 - n % 3, minutes=-n)]
+        )
+    )
+    home = tmp_path / "home"
+    cortex("init", home=home)
+    cortex("ingest", str(batch), home=home)
+    cortex("run", home=home)
+    (number,) = [
+        h for h in _json(cortex("recall", "mobile number", "--json", home=home)) if "07700" in h["text"]
+    ]
+    turn = number["sources"][0]
+    observed = _json(cortex("recall", "usually active", "-k", "10", "--json", home=home))
+    assert any(h.get("category") == "observation" and turn in h["sources"] for h in observed), observed
+
+    said = cortex("forget", "--turn", str(turn), home=home).stdout
+    assert said.startswith(f"forgot message {turn}"), said
+    hits = _json(cortex("recall", "what is my phone number", "-k", "10", "--json", home=home))
+    assert not [h for h in hits if "07700" in h["text"]], hits
+    cortex("send", "webchat", "What's my mobile number?", "--sender", "maya", home=home)
+    cortex("run", home=home)
+    assert "07700" not in _json(cortex("outbox", "--json", home=home))[-1]["text"]
+
+
+@pytest.mark.slow
 def test_a_forgotten_message_is_no_evidence_for_a_later_observation(tmp_path):
     """ "My wife is called Priya." forgotten, then Priya named on two more days: the week's third
     day was the forgotten message, so "The user keeps coming back to Priya" was observed, citing
